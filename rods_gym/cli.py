@@ -1,0 +1,41 @@
+"""The ``rods`` command. Core subcommands live in ``rods_gym.commands``; other packages
+(the trainer) add theirs through the ``rods_gym.commands`` entry-point group, so the core
+never imports them. Each command module exposes ``register(subparsers)`` which adds a
+parser whose ``func(args) -> int`` runs it."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from importlib.metadata import entry_points
+from typing import Sequence
+
+CORE_COMMANDS = (
+    "rods_gym.commands.graph",
+    "rods_gym.commands.play",
+    "rods_gym.commands.tasksets",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rods", description="rods-gym: tool-use environments and RL training")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in CORE_COMMANDS:
+        importlib.import_module(name).register(sub)
+    for ep in sorted(entry_points(group="rods_gym.commands"), key=lambda e: e.name):
+        ep.load()(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

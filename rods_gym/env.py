@@ -1,0 +1,210 @@
+"""``ToolChainEnv``: a multi-turn tool-use episode as a Gymnasium environment."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import gymnasium as gym
+import numpy as np
+
+from .episode import CompiledTask, Episode, RewardConfig
+from .oracle import oracle_action
+from .renderers import RENDERERS
+from .sampler import DIFFICULTIES, SamplerConfig, TaskSampler
+from .signature import compute_signature
+from .suite import Suite, default_suite
+from .task import TaskSpec, read_jsonl
+from .world import WorldState
+
+TASK_CACHE = 4096
+
+
+def load_split(split: str) -> list[TaskSpec]:
+    """A checked-in task set: ``train`` (the seeds), ``dev``, ``test`` or ``ood``."""
+    from rods_gym.envs import taskset_path
+
+    path = taskset_path(split)
+    if not path.exists():
+        raise FileNotFoundError(f"task set {split!r} not found at {path}; build it with "
+                                "python -m rods_gym.envs.build_tasksets")
+    return read_jsonl(path)
+
+
+class ToolChainEnv(gym.Env):
+    """One task per episode; each step is one agent action (tool call, question or reply).
+
+    Args:
+        mode: ``chat`` (text, chat-template messages), ``compact`` (symbolic text) or
+            ``structured`` (Dict/MultiDiscrete spaces with ``action_masks()``).
+        difficulty: sampler preset (``easy``/``medium``/``hard``) used when no task set is given.
+        task_set: a split name (``train``/``dev``/``test``/``ood``), a JSONL path, or a list
+            of tasks; episodes then draw from it instead of the sampler.
+        sampler_config: explicit knobs (overrides ``difficulty``).
+        reward: optional penalties/bonus (off by default: return = final progress in [0, 1]).
+        max_steps: step limit (truncation); default ``8 + 3 * calls + 2 * turns``.
+        suite: the domains (default: the built-in suite).
+    """
+
+    metadata = {"render_modes": ["ansi", "human"], "render_fps": 1}
+
+    def __init__(self, mode: str = "chat", difficulty: str = "medium", task_set: str | Path | Sequence[TaskSpec] | None = None,
+                 sampler_config: SamplerConfig | None = None, reward: RewardConfig | None = None,
+                 max_steps: int | None = None, suite: Suite | None = None, sampler_seed: int = 0,
+                 render_mode: str | None = None) -> None:
+        if mode not in RENDERERS:
+            raise ValueError(f"unknown mode {mode!r}; choose one of {sorted(RENDERERS)}")
+        if sampler_config is None and difficulty not in DIFFICULTIES:
+            raise ValueError(f"unknown difficulty {difficulty!r}; choose one of {sorted(DIFFICULTIES)}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"unknown render_mode {render_mode!r}")
+        self.suite = suite or default_suite()
+        self.mode = mode
+        self.renderer = RENDERERS[mode](self.suite)
+        self.observation_space = self.renderer.observation_space
+        self.action_space = self.renderer.action_space
+        self.reward_config = reward or RewardConfig()
+        self.max_steps = max_steps
+        self.render_mode = render_mode
+        self.sampler = TaskSampler(self.suite, sampler_config or DIFFICULTIES[difficulty], seed=sampler_seed)
+        self.tasks: list[TaskSpec] | None = self._load_tasks(task_set)
+        self._by_id = {t.id: t for t in self.tasks} if self.tasks else {}
+        self._compiled: OrderedDict[str, tuple[CompiledTask, str]] = OrderedDict()
+        self._splits: dict[str, list[TaskSpec]] = {}
+        self.episode: Episode | None = None
+
+    @staticmethod
+    def _load_tasks(task_set: Any) -> list[TaskSpec] | None:
+        if task_set is None:
+            return None
+        if isinstance(task_set, (str, Path)):
+            if str(task_set) in ("train", "dev", "test", "ood"):
+                return load_split(str(task_set))
+            return read_jsonl(task_set)
+        tasks = [t if isinstance(t, TaskSpec) else TaskSpec.from_dict(t) for t in task_set]
+        if not tasks:
+            raise ValueError("task_set is empty")
+        return tasks
+
+    # -- task selection ----------------------------------------------------------------
+    def _resolve_task(self, options: Mapping[str, Any] | None) -> TaskSpec:
+        options = options or {}
+        unknown = set(options) - {"task", "split"}
+        if unknown:
+            raise ValueError(f"unknown reset options {sorted(unknown)}; use 'task' and/or 'split'")
+        task = options.get("task")
+        if isinstance(task, TaskSpec):
+            return task
+        if isinstance(task, Mapping):
+            return TaskSpec.from_dict(task)
+        if isinstance(task, str):
+            if task in self._by_id:
+                return self._by_id[task]
+            for tasks in self._splits.values():
+                for t in tasks:
+                    if t.id == task:
+                        return t
+            raise KeyError(f"no task with id {task!r} in this env's task set")
+        if task is not None:
+            raise TypeError(f"options['task'] must be a TaskSpec, a dict or a task id, not {type(task).__name__}")
+        split = options.get("split")
+        if split is not None:
+            if split not in self._splits:
+                self._splits[split] = load_split(split)
+            pool = self._splits[split]
+            return pool[int(self.np_random.integers(0, len(pool)))]
+        if self.tasks is not None:
+            return self.tasks[int(self.np_random.integers(0, len(self.tasks)))]
+        return self.sampler.sample(int(self.np_random.integers(0, 2**31 - 1)))
+
+    def _compile(self, task: TaskSpec) -> tuple[CompiledTask, str]:
+        hit = self._compiled.get(task.id)
+        if hit is not None and hit[0].task is task:
+            return hit
+        for c in task.calls:
+            if c.tool not in self.suite.tools:
+                raise ValueError(f"task {task.id!r} uses unknown tool {c.tool!r}")
+        entry = (CompiledTask(task, self.suite.tools), compute_signature(task, self.suite).wl_hash)
+        self._compiled[task.id] = entry
+        if len(self._compiled) > TASK_CACHE:
+            self._compiled.popitem(last=False)
+        return entry
+
+    # -- gymnasium API -----------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: Mapping[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        super().reset(seed=seed)
+        task = self._resolve_task(options)
+        compiled, sig = self._compile(task)
+        steps = self.max_steps or (8 + 3 * len(task.calls) + 2 * len(task.turns))
+        state = WorldState(self.suite.world(task.world_seed))
+        self.episode = Episode(task, compiled, state, self.suite.tools, self.suite.checkers, self.suite.executor,
+                               self.reward_config, steps)
+        self._signature = sig
+        obs = self.renderer.reset(self.episode)
+        info = self._info("none")
+        if self.mode == "chat":
+            info["new_messages"] = list(self.renderer.new_messages)  # type: ignore[attr-defined]
+        if self.render_mode == "human":
+            print(self.renderer.text())
+        return obs, info
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        if self.episode is None:
+            raise RuntimeError("call reset() before step()")
+        parsed = self.renderer.decode(action)
+        outcome = self.episode.step(parsed)
+        obs = self.renderer.observe(self.episode, outcome)
+        info = self._info(outcome.error)
+        if self.mode == "chat":
+            info["new_messages"] = list(self.renderer.new_messages)  # type: ignore[attr-defined]
+        if self.render_mode == "human":
+            print(obs)
+        return obs, float(outcome.reward), outcome.terminated, outcome.truncated, info
+
+    def _info(self, error: str) -> dict[str, Any]:
+        ep = self.episode
+        assert ep is not None
+        return {"progress": ep.progress, "success": ep.success, "error": error, "turn": ep.turn,
+                "step": ep.steps, "task_id": ep.task.id, "signature": self._signature}
+
+    def render(self) -> str | None:
+        if self.episode is None:
+            return None
+        text = self.renderer.text()
+        if self.render_mode == "human":
+            print(text)
+            return None
+        return text
+
+    # -- helpers for agents ------------------------------------------------------------
+    def action_masks(self) -> np.ndarray:
+        """Valid-action masks per dimension (structured mode; for sb3-contrib MaskablePPO)."""
+        if self.mode != "structured":
+            raise AttributeError("action_masks() exists only in structured mode")
+        assert self.episode is not None
+        return self.renderer.action_masks(self.episode)  # type: ignore[attr-defined]
+
+    def encode(self, action: Any) -> Any:
+        """This renderer's action for an abstract ``ToolCall``/``Ask``/``Reply``."""
+        assert self.episode is not None
+        return self.renderer.encode(action, self.episode)
+
+    def oracle_action(self) -> Any:
+        """The oracle's next action, in this renderer's action format."""
+        assert self.episode is not None
+        return self.encode(oracle_action(self.episode))
+
+    @property
+    def task(self) -> TaskSpec | None:
+        return None if self.episode is None else self.episode.task
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The conversation so far in chat-template form (chat mode)."""
+        return getattr(self.renderer, "messages", [])
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        """The task's tool schemas in chat-template form (chat mode)."""
+        return getattr(self.renderer, "tools", [])

@@ -1,0 +1,286 @@
+"""One episode as a renderer-independent state machine: actions in, events and reward out.
+
+Actions are :class:`ToolCall`, :class:`Ask` (a question to the user), :class:`Reply` (the
+agent's reply for the current user turn) or :class:`Invalid` (input a renderer could not
+parse). Reward is dense progress: ``Phi = satisfied requirements / all requirements``
+(required calls, plus the answer for an information goal), and each step pays
+``Phi(s') - Phi(s)``, so the return is the final progress. Progress is updated
+incrementally when a call executes; nothing is replayed.
+
+A required call is *satisfied* by an executed call with the same tool and arguments, made
+while its turn is active, when every argument that depends on an earlier call equals the
+value that earlier call actually returned (so dependencies are respected).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .domain import ToolSpec
+from .executor import ToolError, values_equal
+from .instructions import NOTHING_TO_ADD, answer_message, unlock_message
+from .task import TaskSpec
+from .world import WorldState
+
+ERROR_CLASSES = ("none", "malformed", "too_long", "unknown_tool", "unavailable_tool", "locked_tool",
+                 "invalid_arguments", "execution_error", "episode_over")
+MAX_REPLY_CHARS = 4000
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    name: str
+    arguments: Any
+
+
+@dataclass(frozen=True)
+class Ask:
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class Reply:
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class Invalid:
+    error: str
+    message: str
+
+
+Action = ToolCall | Ask | Reply | Invalid
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """Optional shaping on top of progress. Off by default, so the return stays in [0, 1]."""
+
+    error_penalty: Mapping[str, float] = field(default_factory=dict)  # error class -> penalty (>= 0)
+    success_bonus: float = 0.0
+
+    def __post_init__(self) -> None:
+        for k, v in self.error_penalty.items():
+            if k not in ERROR_CLASSES or k == "none":
+                raise ValueError(f"RewardConfig.error_penalty: unknown error class {k!r}; use one of {ERROR_CLASSES[1:]}")
+            if v < 0:
+                raise ValueError(f"RewardConfig.error_penalty[{k!r}] must be >= 0 (it is subtracted)")
+
+
+class CompiledTask:
+    """Per-task lookup tables for incremental matching, built once per task."""
+
+    def __init__(self, task: TaskSpec, tools: Mapping[str, ToolSpec]) -> None:
+        self.task = task
+        self.by_tool: dict[str, list[str]] = {}
+        self.turn_of = {c.id: c.turn for c in task.calls}
+        self.facts: dict[str, dict[str, Any]] = {}
+        self.bound: dict[str, list[tuple[str, str, str]]] = {}  # cid -> [(param, src, field)]
+        self.keys: dict[str, frozenset[str]] = {}
+        for c in task.calls:
+            self.by_tool.setdefault(c.tool, []).append(c.id)
+            b = task.bound(c.id)
+            self.bound[c.id] = [(p, d.src, d.field) for p, d in b.items()]
+            self.facts[c.id] = {p: v for p, v in c.args.items() if p not in b}
+            self.keys[c.id] = frozenset(c.args)
+        self.n_required = len(task.calls) + (task.answer is not None)
+        self.available = frozenset(task.tools)
+        self.sink_tools = tuple(dict.fromkeys(c.tool for c in task.calls))
+        self.search_tools = frozenset(c.tool for c in task.calls if tools[c.tool].kind == "search")
+        num = None
+        if task.answer is not None:
+            try:
+                num = float(task.answer.value)
+            except ValueError:
+                num = None
+        self.answer_number = num
+
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def contains_answer(text: str, answer: str, number: float | None) -> bool:
+    if answer.lower() in text.lower():
+        return True
+    if number is not None:
+        for m in _NUMBER.findall(text):
+            try:
+                if abs(float(m.replace(",", "")) - number) <= 1e-6:
+                    return True
+            except ValueError:
+                continue
+    return False
+
+
+@dataclass
+class StepOutcome:
+    reward: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+    error: str = "none"
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Episode:
+    def __init__(self, task: TaskSpec, compiled: CompiledTask, state: WorldState, tools: Mapping[str, ToolSpec],
+                 checkers: Mapping[str, Any], executor: Any, reward: RewardConfig, max_steps: int) -> None:
+        self.task, self.c, self.state = task, compiled, state
+        self.tools, self.checkers, self.executor = tools, checkers, executor
+        self.reward_cfg, self.max_steps = reward, max_steps
+        self.turn = 0
+        self.steps = 0
+        self.done = False
+        self.satisfied: dict[str, dict[str, Any]] = {}
+        self.answered = False
+        self.locked: set[str] = set(task.turns[0].locked)
+        self.pending: list[tuple[str, str]] = list(task.turns[0].withheld)
+        self.last_error = "none"
+        self.n_errors = 0
+
+    # -- views -------------------------------------------------------------------------
+    @property
+    def progress(self) -> float:
+        return (len(self.satisfied) + self.answered) / self.c.n_required
+
+    @property
+    def success(self) -> bool:
+        return len(self.satisfied) + self.answered == self.c.n_required
+
+    def available_tools(self) -> tuple[str, ...]:
+        return tuple(t for t in self.task.tools if t not in self.locked)
+
+    def todo(self) -> list[str]:
+        """Required calls of the active turns not yet satisfied, in task order."""
+        return [c.id for c in self.task.calls if c.turn <= self.turn and c.id not in self.satisfied]
+
+    def user_message(self, turn: int) -> str:
+        return self.task.turns[turn].message
+
+    def withheld_values(self) -> list[tuple[str, Any]]:
+        return [(p, self.task.call(cid).args[p]) for cid, p in self.pending]
+
+    # -- stepping ----------------------------------------------------------------------
+    def step(self, action: Action) -> StepOutcome:
+        out = StepOutcome()
+        if self.done:
+            return self._error(out, "episode_over", "the episode is over; call reset()", None)
+        self.steps += 1
+        before = self.progress
+        if isinstance(action, Invalid):
+            self._error(out, action.error, action.message, None)
+        elif isinstance(action, ToolCall):
+            self._call(action, out)
+        elif isinstance(action, Ask):
+            self._ask(out)
+        elif isinstance(action, Reply):
+            self._reply(action.text, out)
+        else:  # pragma: no cover - renderers only produce the types above
+            raise TypeError(f"unknown action {action!r}")
+        if out.error == "none":
+            self.last_error = "none"
+        after = self.progress
+        out.reward += after - before
+        if self.success and not self.done and (self.turn == len(self.task.turns) - 1):
+            self.done = out.terminated = True
+        if out.terminated and self.success:
+            out.reward += self.reward_cfg.success_bonus
+        if not self.done and self.steps >= self.max_steps:
+            self.done = out.truncated = True
+        return out
+
+    def _error(self, out: StepOutcome, cls: str, message: str, tool: str | None) -> StepOutcome:
+        out.error = cls
+        self.last_error = cls
+        self.n_errors += 1
+        out.reward -= self.reward_cfg.error_penalty.get(cls, 0.0)
+        out.events.append({"kind": "error", "error": cls, "message": message, "tool": tool})
+        if cls == "episode_over":
+            out.terminated = True
+        return out
+
+    def _call(self, action: ToolCall, out: StepOutcome) -> None:
+        name, args = action.name, action.arguments
+        tool = self.tools.get(name)
+        if tool is None:
+            self._error(out, "unknown_tool", f"there is no tool named {_short(name)}; available: "
+                        f"{', '.join(self.available_tools())}", None)
+            return
+        if name not in self.c.available:
+            self._error(out, "unavailable_tool", f"{name} is not available in this conversation; available: "
+                        f"{', '.join(self.available_tools())}", name)
+            return
+        if name in self.locked:
+            self._error(out, "locked_tool", f"{name} is not enabled yet; ask the user to enable it", name)
+            return
+        problem = self.checkers[name].check(args)
+        if problem is not None:
+            self._error(out, "invalid_arguments", problem, name)
+            return
+        try:
+            result = self.executor.run(tool, args, self.state)
+        except ToolError as exc:
+            self._error(out, "execution_error", f"{exc.code}: {exc}", name)
+            return
+        out.events.append({"kind": "result", "tool": name, "content": result})
+        self._match(name, args, result)
+
+    def _match(self, name: str, args: Mapping[str, Any], result: Mapping[str, Any]) -> None:
+        for cid in self.c.by_tool.get(name, ()):
+            if cid in self.satisfied or self.c.turn_of[cid] > self.turn or frozenset(args) != self.c.keys[cid]:
+                continue
+            if not all(values_equal(args[p], v) for p, v in self.c.facts[cid].items()):
+                continue
+            ok = True
+            for p, src, f in self.c.bound[cid]:
+                got = self.satisfied.get(src)
+                if got is None or not _revealed(got, f, args[p]):
+                    ok = False
+                    break
+            if ok:
+                self.satisfied[cid] = dict(result)
+                return
+
+    def _ask(self, out: StepOutcome) -> None:
+        if self.pending:
+            facts = self.withheld_values()
+            self.pending = []
+            out.events.append({"kind": "user", "text": answer_message(facts), "facts": facts})
+        elif self.locked:
+            self._unlock(out)
+        else:
+            out.events.append({"kind": "user", "text": NOTHING_TO_ADD, "facts": []})
+
+    def _unlock(self, out: StepOutcome) -> None:
+        tools = tuple(sorted(self.locked))
+        self.locked.clear()
+        out.events.append({"kind": "user", "text": unlock_message(tools), "facts": [], "unlocked": list(tools)})
+
+    def _reply(self, text: str, out: StepOutcome) -> None:
+        if self.locked:
+            self._unlock(out)
+            return
+        last = self.turn == len(self.task.turns) - 1
+        if last:
+            a = self.task.answer
+            if a is not None and not self.answered and contains_answer(text[:MAX_REPLY_CHARS], a.value, self.c.answer_number):
+                self.answered = True
+            self.done = out.terminated = True
+            return
+        self.turn += 1
+        t = self.task.turns[self.turn]
+        self.locked = set(t.locked)
+        self.pending = list(t.withheld)
+        out.events.append({"kind": "user", "text": t.message, "facts": [], "turn": self.turn})
+
+
+def _revealed(result: Mapping[str, Any], field_name: str, value: Any) -> bool:
+    if "results" in result and field_name not in result:
+        return any(values_equal(r.get(field_name), value) for r in result["results"])
+    return values_equal(result.get(field_name), value)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,113 @@
+"""The renderer interface and the value-slot table shared by the compact and structured views."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+
+if TYPE_CHECKING:
+    from ..episode import Action, Episode, StepOutcome
+    from ..suite import Suite
+
+
+class Renderer:
+    """Turns an :class:`Episode` into observations and agent input into actions.
+
+    ``decode`` must never raise on agent input: anything it cannot parse becomes an
+    ``Invalid`` action carrying the error class and a message.
+    """
+
+    observation_space: gym.Space
+    action_space: gym.Space
+
+    def __init__(self, suite: "Suite") -> None:
+        self.suite = suite
+
+    def reset(self, episode: "Episode") -> Any:
+        raise NotImplementedError
+
+    def decode(self, action: Any) -> "Action":
+        raise NotImplementedError
+
+    def observe(self, episode: "Episode", outcome: "StepOutcome") -> Any:
+        raise NotImplementedError
+
+    def encode(self, action: "Action", episode: "Episode") -> Any:
+        """The renderer's own action for an abstract one (used by the oracle and tests)."""
+        raise NotImplementedError
+
+    def field_type(self, tool_name: str, field: str) -> str:
+        """The value type of an output field of a tool (declared outputs first, then the entity)."""
+        tool = self.suite.tools[tool_name]
+        for name, vtype in tool.outputs:
+            if name == field:
+                return vtype
+        ent = self.suite.entities[tool.entity]
+        if field in ent.field_names:
+            return ent.field(field).type
+        return "count" if field == "total" else "flag" if field == "deleted" else "text"
+
+    def text(self) -> str:
+        """A human-readable rendering of the episode so far (``render_mode='ansi'``)."""
+        raise NotImplementedError
+
+
+def value_key(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return json.dumps(value, sort_keys=True)
+    return repr(round(float(value), 6))
+
+
+class SlotTable:
+    """Every distinct value seen in the episode (user facts and tool outputs), numbered.
+
+    Equal values share a slot, so an id returned by one call and passed to the next is the
+    same slot. When all ``capacity`` slots are used, a new value takes over the oldest slot
+    that does not hold a user fact (round robin); ``add`` returns ``None`` only when every
+    slot holds a user fact.
+    """
+
+    __slots__ = ("capacity", "values", "types", "sources", "_index", "_evict")
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.values: list[Any] = []
+        self.types: list[str] = []
+        self.sources: list[str] = []
+        self._index: dict[str, int] = {}
+        self._evict = 0
+
+    def add(self, value: Any, vtype: str, source: str) -> int | None:
+        key = value_key(value)
+        k = self._index.get(key)
+        if k is not None:
+            return k
+        if len(self.values) < self.capacity:
+            k = len(self.values)
+            self.values.append(value)
+            self.types.append(vtype)
+            self.sources.append(source)
+        else:
+            k = self._victim()
+            if k is None:
+                return None
+            del self._index[value_key(self.values[k])]
+            self.values[k], self.types[k], self.sources[k] = value, vtype, source
+        self._index[key] = k
+        return k
+
+    def _victim(self) -> int | None:
+        for step in range(self.capacity):  # bounded scan for the oldest non-user slot
+            k = (self._evict + step) % self.capacity
+            if self.sources[k] != "user":
+                self._evict = (k + 1) % self.capacity
+                return k
+        return None
+
+    def find(self, value: Any) -> int | None:
+        return self._index.get(value_key(value))
+
+    def __len__(self) -> int:
+        return len(self.values)

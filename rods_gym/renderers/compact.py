@@ -1,0 +1,223 @@
+"""The ``compact`` view: short symbolic text for small models trained from scratch.
+
+Values never appear literally: every value is a slot token ``$k`` (see :class:`SlotTable`).
+Observations::
+
+    tools find_customer_by_email ( email ) cancel_order ( order_id ) | user find_customer_by_email email $0 ;
+      cancel_order order_id from search_orders order_id ; answer get_order status
+    ok customer_id $1                      a tool result (searches: ok results N [ f $k ... ] ...)
+    error invalid_arguments               a rejected action, by error class
+    user fact email $4 | user enabled get_order | user nothing | user <next turn>
+
+Actions: ``call TOOL param $k ...`` | ``ask`` | ``reply`` | ``reply $k``.
+A withheld fact shows as ``param ?`` (ask for it); ``from TOOL field`` marks an argument
+that an earlier call reveals. The vocabulary (``vocabulary()``) is closed and built from the
+suite, which is what the embedded tokenizer is made of.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+
+from ..episode import Action, Ask, ERROR_CLASSES, Invalid, Reply, ToolCall
+from ..task import format_value
+from .base import Renderer, SlotTable
+
+if TYPE_CHECKING:
+    from ..episode import Episode, StepOutcome
+    from ..suite import Suite
+
+N_SLOTS = 64
+MAX_ACTION_CHARS = 1024
+MAX_OBS_CHARS = 4000
+KEYWORDS = ("tools", "(", ")", "|", "user", ";", "call", "ask", "reply", "ok", "error", "fact", "from", "answer",
+            "enabled", "nothing", "results", "[", "]", "?", "$?")
+
+
+def vocabulary(suite: "Suite") -> list[str]:
+    """Every token the compact view can produce, in a stable order."""
+    names: dict[str, None] = {}
+    for t in suite.tools.values():
+        names[t.name] = None
+    for t in suite.tools.values():
+        for p in t.params:
+            names[p.name] = None
+        for f, _ in t.outputs:
+            names[f] = None
+    for extra in ("total", "deleted"):
+        names[extra] = None
+    words = list(KEYWORDS) + list(ERROR_CLASSES) + list(names)
+    words += [str(n) for n in range(11)]
+    words += [f"${k}" for k in range(N_SLOTS)]
+    return list(dict.fromkeys(words))
+
+
+class CompactRenderer(Renderer):
+    def __init__(self, suite: "Suite") -> None:
+        super().__init__(suite)
+        self.vocab = vocabulary(suite)
+        charset = "".join(sorted({ch for w in self.vocab for ch in w} | {" ", "\n"}))
+        self.observation_space = gym.spaces.Text(max_length=MAX_OBS_CHARS, charset=charset)
+        self.action_space = gym.spaces.Text(max_length=MAX_ACTION_CHARS, charset=charset)
+        self._tokens = frozenset(self.vocab)
+        self.slots = SlotTable(N_SLOTS)
+        self.transcript: list[str] = []
+
+    # -- rendering ---------------------------------------------------------------------
+    def _slot(self, value: Any, vtype: str, source: str) -> str:
+        k = self.slots.add(value, vtype, source)
+        return "$?" if k is None else f"${k}"
+
+    def _turn_text(self, episode: "Episode", turn: int) -> str:
+        task = episode.task
+        withheld = {(c, p) for c, p in task.turns[turn].withheld}
+        parts = []
+        for c in task.calls:
+            if c.turn != turn:
+                continue
+            tool = self.suite.tools[c.tool]
+            bound = task.bound(c.id)
+            words = [c.tool]
+            for p, v in c.args.items():
+                if p in bound:
+                    d = bound[p]
+                    words += [p, "from", task.call(d.src).tool, d.field]
+                elif (c.id, p) in withheld:
+                    words += [p, "?"]
+                else:
+                    words += [p, self._slot(v, tool.param(p).type, "user")]
+            parts.append(" ".join(words))
+        text = " ; ".join(parts)
+        if task.answer is not None and turn == len(task.turns) - 1:
+            text += f" ; answer {task.call(task.answer.call).tool} {task.answer.field}"
+        return "user " + text
+
+    def reset(self, episode: "Episode") -> str:
+        self.slots = SlotTable(N_SLOTS)
+        tools = " ".join(f"{t} ( {' '.join(self.suite.tools[t].param_names)} )" for t in episode.available_tools())
+        obs = f"tools {tools} | {self._turn_text(episode, 0)}"
+        self.transcript = [obs]
+        return self._bound(obs)
+
+    def _result_text(self, tool_name: str, content: dict[str, Any]) -> str:
+        if "results" in content:
+            words = ["ok", "results", str(min(content["total"], 10))]
+            for rec in content["results"]:
+                words.append("[")
+                for f, v in rec.items():
+                    words += [f, self._slot(v, self.field_type(tool_name, f), tool_name)]
+                words.append("]")
+            return " ".join(words)
+        words = ["ok"]
+        for f, v in content.items():
+            if f in self._tokens:
+                words += [f, self._slot(v, self.field_type(tool_name, f), tool_name)]
+        return " ".join(words)
+
+    def observe(self, episode: "Episode", outcome: "StepOutcome") -> str:
+        lines = []
+        for ev in outcome.events:
+            if ev["kind"] == "result":
+                lines.append(self._result_text(ev["tool"], ev["content"]))
+            elif ev["kind"] == "error":
+                lines.append(f"error {ev['error']}")
+            elif "turn" in ev:
+                avail = " ".join(f"{t} ( {' '.join(self.suite.tools[t].param_names)} )" for t in episode.available_tools())
+                lines.append(f"tools {avail} | {self._turn_text(episode, ev['turn'])}")
+            elif ev.get("unlocked"):
+                lines.append("user enabled " + " ".join(ev["unlocked"]))
+            elif ev["facts"]:
+                words = ["user"]
+                for p, v in ev["facts"]:
+                    words += ["fact", p, self._slot(v, self._fact_type(episode, p), "user")]
+                lines.append(" ".join(words))
+            else:
+                lines.append("user nothing")
+        obs = "\n".join(lines)
+        self.transcript.append(obs)
+        return self._bound(obs)
+
+    def _fact_type(self, episode: "Episode", param: str) -> str:
+        for c in episode.task.calls:
+            if param in c.args:
+                return self.suite.tools[c.tool].param(param).type
+        return "text"
+
+    @staticmethod
+    def _bound(text: str) -> str:
+        return text if len(text) <= MAX_OBS_CHARS else text[:MAX_OBS_CHARS]
+
+    # -- parsing -----------------------------------------------------------------------
+    def decode(self, action: Any) -> Action:
+        if not isinstance(action, str):
+            return Invalid("malformed", f"an action must be a string, got {type(action).__name__}")
+        if len(action) > MAX_ACTION_CHARS:
+            return Invalid("too_long", f"the action has {len(action)} characters; the limit is {MAX_ACTION_CHARS}")
+        self.transcript.append(action)
+        words = action.split()
+        if not words:
+            return Invalid("malformed", "empty action; use call/ask/reply")
+        head = words[0]
+        if head == "ask":
+            return Ask(" ".join(words[1:]) + "?") if len(words) == 1 else Invalid("malformed", "ask takes no arguments")
+        if head == "reply":
+            if len(words) == 1:
+                return Reply("done")
+            if len(words) == 2:
+                value = self._value(words[1])
+                if isinstance(value, Invalid):
+                    return value
+                return Reply(format_value(value))
+            return Invalid("malformed", "reply takes at most one slot")
+        if head != "call":
+            return Invalid("malformed", f"actions start with call, ask or reply, not {head[:30]!r}")
+        if len(words) < 2:
+            return Invalid("malformed", "call needs a tool name")
+        name = words[1]
+        if name not in self.suite.tools:
+            return ToolCall(name[:60], {})  # the episode reports unknown_tool
+        rest = words[2:]
+        if len(rest) % 2:
+            return Invalid("malformed", "arguments come in pairs: param $k")
+        args: dict[str, Any] = {}
+        for p, s in zip(rest[::2], rest[1::2]):
+            if p in args:
+                return Invalid("invalid_arguments", f"argument {p[:30]!r} given twice")
+            value = self._value(s)
+            if isinstance(value, Invalid):
+                return value
+            args[p[:60]] = value
+        return ToolCall(name, args)
+
+    def _value(self, token: str) -> Any:
+        if not token.startswith("$") or not token[1:].isdigit():
+            return Invalid("malformed", f"values are slot tokens like $3, got {token[:30]!r}")
+        k = int(token[1:])
+        if k >= len(self.slots):
+            return Invalid("invalid_arguments", f"slot ${k} is empty")
+        return self.slots.values[k]
+
+    def encode(self, action: Action, episode: "Episode") -> str:
+        if isinstance(action, ToolCall):
+            words = ["call", action.name]
+            for p, v in action.arguments.items():
+                k = self.slots.find(v)
+                if k is None:
+                    raise ValueError(f"value {v!r} has no slot; the compact view cannot express it")
+                words += [p, f"${k}"]
+            return " ".join(words)
+        if isinstance(action, Ask):
+            return "ask"
+        if isinstance(action, Reply):
+            k = None
+            if episode.task.answer is not None and episode.turn == len(episode.task.turns) - 1:
+                a = episode.task.answer
+                k = next((i for i, v in enumerate(self.slots.values) if format_value(v) == a.value), None)
+            return "reply" if k is None else f"reply ${k}"
+        raise ValueError(f"cannot encode {action!r}")
+
+    def text(self) -> str:
+        return "\n".join(self.transcript)
+

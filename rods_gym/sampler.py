@@ -1,0 +1,545 @@
+"""Task sampling from the API graph, by difficulty knobs, random-access by ``(seed, index)``.
+
+A task is drawn in two stages, each with bounded attempts:
+
+1. **Structure.** Per turn, a sink tool, then a dependency chain walked backwards through
+   the API graph (never reusing a value type along the chain, never reusing a tool), then
+   extra calls: producers for free parameters (branching), consumers of existing outputs
+   (fan-out), or independent sinks. Later turns may consume an output of an earlier turn.
+2. **Values.** Calls are instantiated in topological order on a scratch copy of the world:
+   each picks a record consistent with the values its producers revealed, takes its free
+   arguments from that record (or draws new values for writes), and is executed, so its
+   outputs are real. A producer must reveal exactly one value (a search feeding a later
+   call must match one record).
+
+Mutations never race with reads: two calls touching the same record (or a search/aggregate
+over an entity another call mutates) must be ordered by a dependency path or by turns, so
+every valid order of the agent's calls gives the same outcome.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Iterator, Mapping, Sequence
+
+import networkx as nx
+import numpy as np
+
+from .domain import ToolSpec
+from .executor import ToolError
+from .instructions import render_turn_messages
+from .suite import Suite
+from .task import Answer, Call, Dep, TaskSpec, Turn, format_value
+from .world import WorldState, generate_value
+
+Range = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """Difficulty knobs. Ranges are inclusive; probabilities are per task."""
+
+    depth: Range = (1, 3)
+    extra_calls: Range = (0, 1)
+    branching: int = 2
+    cross_domain: float = 0.25
+    user_turns: Range = (1, 1)
+    missing_param: float = 0.0
+    missing_tool: float = 0.0
+    distractors: Range = (0, 2)
+    answer: float = 0.5
+    world_pool: int = 32
+    world_offset: int = 0
+    tools: tuple[str, ...] | None = None
+    exclude_tools: tuple[str, ...] = ()
+    max_attempts: int = 60
+
+    def __post_init__(self) -> None:
+        for name in ("depth", "extra_calls", "user_turns", "distractors"):
+            lo, hi = getattr(self, name)
+            if not 0 <= lo <= hi:
+                raise ValueError(f"SamplerConfig.{name}: need 0 <= low <= high, got {(lo, hi)}")
+        if self.depth[0] < 1 or self.depth[1] > 8:
+            raise ValueError(f"SamplerConfig.depth must lie in [1, 8], got {self.depth}")
+        if self.user_turns[0] < 1 or self.user_turns[1] > 4:
+            raise ValueError(f"SamplerConfig.user_turns must lie in [1, 4], got {self.user_turns}")
+        for name in ("cross_domain", "missing_param", "missing_tool", "answer"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"SamplerConfig.{name} must be a probability, got {getattr(self, name)}")
+        if self.world_pool < 1 or self.branching < 1 or self.max_attempts < 1:
+            raise ValueError("SamplerConfig.world_pool, branching and max_attempts must be >= 1")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+DIFFICULTIES: dict[str, SamplerConfig] = {
+    "easy": SamplerConfig(depth=(1, 2), extra_calls=(0, 0), distractors=(0, 1), cross_domain=0.1),
+    "medium": SamplerConfig(depth=(1, 4), extra_calls=(0, 2), user_turns=(1, 2), missing_param=0.2,
+                            missing_tool=0.1, distractors=(1, 3), cross_domain=0.3),
+    "hard": SamplerConfig(depth=(3, 6), extra_calls=(1, 3), user_turns=(1, 3), missing_param=0.3,
+                          missing_tool=0.2, distractors=(2, 5), cross_domain=0.5),
+}
+
+
+class SamplingError(RuntimeError):
+    pass
+
+
+@dataclass
+class _Node:
+    tool: str
+    turn: int
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Draft:
+    nodes: list[_Node] = field(default_factory=list)
+    deps: list[tuple[int, int, str, str]] = field(default_factory=list)  # src, dst, param, out field
+
+    def bound(self, i: int) -> dict[str, tuple[int, str]]:
+        return {p: (s, f) for s, d, p, f in self.deps if d == i}
+
+    def tools(self) -> set[str]:
+        return {n.tool for n in self.nodes}
+
+
+class TaskSampler:
+    """Draws tasks from a suite's API graph. ``sample(i)`` is a pure function of (seed, i)."""
+
+    def __init__(self, suite: Suite, config: SamplerConfig = SamplerConfig(), seed: int = 0,
+                 id_prefix: str = "task") -> None:
+        self.suite, self.config, self.seed, self.id_prefix = suite, config, seed, id_prefix
+        allowed = set(config.tools) if config.tools is not None else set(suite.tools)
+        allowed -= set(config.exclude_tools)
+        unknown = allowed - set(suite.tools)
+        if unknown:
+            raise ValueError(f"SamplerConfig.tools names unknown tools {sorted(unknown)}")
+        self.allowed = sorted(allowed)
+        g = suite.graph.subgraph(self.allowed)
+        # producers[tool][param] -> [(src tool, out field, value type)]
+        self.producers: dict[str, dict[str, list[tuple[str, str, str]]]] = {t: {} for t in self.allowed}
+        for src, dst, param, d in g.edges(keys=True, data=True):
+            for f in d["fields"]:
+                self.producers[dst].setdefault(param, []).append((src, f, d["type"]))
+        self.consumers: dict[str, list[tuple[str, str]]] = {}
+        for t in self.allowed:
+            for p in suite.tools[t].params:
+                if suite.types[p.type].linkable:
+                    self.consumers.setdefault(p.type, []).append((t, p.name))
+        self.param_types = {t: {p.type for p in suite.tools[t].params} for t in self.allowed}
+        self.answerable = [t for t in self.allowed if suite.tools[t].kind in ("read", "lookup", "aggregate")]
+        if not self.allowed:
+            raise ValueError("no tools left to sample from")
+
+    # -- public ------------------------------------------------------------------------
+    def sample(self, index: int) -> TaskSpec:
+        if index < 0:
+            raise IndexError(f"task index must be >= 0, got {index}")
+        rng = np.random.default_rng([self.seed, index, 0x5EED])
+        cfg = self.config
+        for attempt in range(cfg.max_attempts):
+            task = self._attempt(rng, index, relax=attempt >= cfg.max_attempts // 2)
+            if task is not None:
+                return task
+        # bounded fallback: a single read call always instantiates
+        task = self._attempt(rng, index, relax=True, fallback=True)
+        if task is None:
+            raise SamplingError(f"could not sample task {index} with seed {self.seed} and {cfg}")
+        return task
+
+    def __iter__(self) -> Iterator[TaskSpec]:
+        i = 0
+        while True:
+            yield self.sample(i)
+            i += 1
+
+    def sample_many(self, n: int, start: int = 0) -> list[TaskSpec]:
+        return [self.sample(i) for i in range(start, start + n)]
+
+    # -- one attempt -------------------------------------------------------------------
+    def _rint(self, rng: np.random.Generator, r: Range) -> int:
+        return int(rng.integers(r[0], r[1] + 1))
+
+    def _attempt(self, rng: np.random.Generator, index: int, relax: bool, fallback: bool = False) -> TaskSpec | None:
+        cfg = self.config
+        if fallback:
+            depth, n_turns, extra = 1, 1, 0
+        else:
+            depth, n_turns, extra = self._rint(rng, cfg.depth), self._rint(rng, cfg.user_turns), self._rint(rng, cfg.extra_calls)
+        want_cross = (not fallback) and (not relax) and rng.random() < cfg.cross_domain
+        want_answer = (not fallback) and rng.random() < cfg.answer
+        draft = _Draft()
+        for turn in range(n_turns):
+            turn_depth = depth if turn == 0 else self._rint(rng, (1, depth))
+            turn_extra = extra if turn == 0 else 0
+            answer_turn = want_answer and turn == n_turns - 1
+            if not self._structure(draft, rng, turn, turn_depth, turn_extra, answer_turn or fallback, fallback):
+                return None
+            if turn > 0 and rng.random() < 0.5:
+                self._link_turns(draft, rng, turn)
+        if _depth(draft) != depth:
+            return None
+        if want_cross and not any(self.suite.domain_of(draft.nodes[s].tool) != self.suite.domain_of(draft.nodes[d].tool)
+                                  for s, d, _, _ in draft.deps):
+            return None
+        world_seed = cfg.world_offset + int(rng.integers(0, cfg.world_pool))
+        state = WorldState(self.suite.world(world_seed))
+        order = _topo_order(draft)
+        if order is None:
+            return None
+        outputs: dict[int, dict[str, Any]] = {}
+        touched: dict[int, set[tuple[str, str]]] = {}
+        for i in order:
+            ok = self._instantiate(draft, i, state, rng, outputs, touched)
+            if not ok:
+                return None
+        if not self._order_independent(draft, touched):
+            return None
+        keys = [(n.tool, json.dumps(n.args, sort_keys=True)) for n in draft.nodes]
+        if len(set(keys)) != len(keys):
+            return None
+        return self._finish(draft, order, outputs, rng, index, world_seed, want_answer or fallback, n_turns, depth)
+
+    # -- structure ---------------------------------------------------------------------
+    def _producer_options(self, draft: _Draft, i: int, used_types: set[str]) -> list[tuple[str, str, str, str]]:
+        node = draft.nodes[i]
+        tool = self.suite.tools[node.tool]
+        taken = draft.tools()
+        bound = draft.bound(i)
+        # a lookup of entity E fed by a call that already consumes E's id is a loop
+        # ("read the traveler to get their email, then find the traveler by email")
+        loop_type = self.suite.entities[tool.entity].id_field if tool.kind == "lookup" else None
+        out = []
+        for p in tool.params:
+            if not p.required or p.name in bound:
+                continue
+            for src, f, vtype in self.producers[node.tool].get(p.name, ()):
+                if vtype not in used_types and src not in taken and loop_type not in self.param_types[src]:
+                    out.append((p.name, src, f, vtype))
+        return out
+
+    def _structure(self, draft: _Draft, rng: np.random.Generator, turn: int, depth: int, extra: int,
+                   answer: bool, fallback: bool) -> bool:
+        tools = self.suite.tools
+        taken = draft.tools()
+        if answer:
+            pool = [t for t in self.answerable if t not in taken]
+        else:
+            pool = [t for t in self.allowed if t not in taken]
+        if fallback:
+            pool = [t for t in pool if tools[t].kind == "read"] or pool
+        if not pool:
+            return False
+        sink = len(draft.nodes)
+        draft.nodes.append(_Node(pool[int(rng.integers(0, len(pool)))], turn))
+        dist = {sink: 0}
+        chain_types: dict[int, set[str]] = {sink: set()}
+        cur = sink
+        for _ in range(depth - 1):
+            opts = self._producer_options(draft, cur, chain_types[cur])
+            if not opts:
+                return False
+            param, src, f, vtype = opts[int(rng.integers(0, len(opts)))]
+            j = len(draft.nodes)
+            draft.nodes.append(_Node(src, turn))
+            draft.deps.append((j, cur, param, f))
+            dist[j] = dist[cur] + 1
+            chain_types[j] = chain_types[cur] | {vtype}
+            cur = j
+        for _ in range(extra):
+            mode = int(rng.integers(0, 3))
+            if mode == 0:  # another producer for a free parameter (branching)
+                cands = [i for i in dist if dist[i] < depth - 1 and len(draft.bound(i)) < self.config.branching
+                         and self._producer_options(draft, i, chain_types[i])]
+                if not cands:
+                    continue
+                i = cands[int(rng.integers(0, len(cands)))]
+                opts = self._producer_options(draft, i, chain_types[i])
+                param, src, f, vtype = opts[int(rng.integers(0, len(opts)))]
+                j = len(draft.nodes)
+                draft.nodes.append(_Node(src, turn))
+                draft.deps.append((j, i, param, f))
+                dist[j] = dist[i] + 1
+                chain_types[j] = chain_types[i] | {vtype}
+            elif mode == 1:  # a second consumer of an existing output (fan-out)
+                taken = draft.tools()
+                cands = []
+                for i in dist:
+                    for f, vtype in self.suite.ports[draft.nodes[i].tool]:
+                        for t, p in self.consumers.get(vtype, ()):
+                            if t not in taken and vtype not in chain_types[i] and tools[t].param(p).required:
+                                cands.append((i, f, vtype, t, p))
+                if not cands:
+                    continue
+                i, f, vtype, t, p = cands[int(rng.integers(0, len(cands)))]
+                j = len(draft.nodes)
+                draft.nodes.append(_Node(t, turn))
+                draft.deps.append((i, j, p, f))
+                dist[j] = 0
+                chain_types[j] = chain_types[i] | {vtype}
+            else:  # an independent request in the same turn
+                taken = draft.tools()
+                free = [t for t in self.allowed if t not in taken and tools[t].kind != "aggregate"]
+                if not free:
+                    continue
+                j = len(draft.nodes)
+                draft.nodes.append(_Node(free[int(rng.integers(0, len(free)))], turn))
+                dist[j] = 0
+                chain_types[j] = set()
+        return True
+
+    def _link_turns(self, draft: _Draft, rng: np.random.Generator, turn: int) -> None:
+        """Let a call of ``turn`` consume an output of an earlier turn (the agent must remember it)."""
+        cands = []
+        for j, node in enumerate(draft.nodes):
+            if node.turn != turn:
+                continue
+            bound = draft.bound(j)
+            for p in self.suite.tools[node.tool].params:
+                if not p.required or p.name in bound:
+                    continue
+                for i, prev in enumerate(draft.nodes):
+                    if prev.turn < turn:
+                        for f, vtype in self.suite.ports[prev.tool]:
+                            if vtype == p.type:
+                                cands.append((i, j, p.name, f))
+        if cands:
+            draft.deps.append(cands[int(rng.integers(0, len(cands)))])
+
+    # -- values ------------------------------------------------------------------------
+    def _instantiate(self, draft: _Draft, i: int, state: WorldState, rng: np.random.Generator,
+                     outputs: dict[int, dict[str, Any]], touched: dict[int, set[tuple[str, str]]]) -> bool:
+        node = draft.nodes[i]
+        tool = self.suite.tools[node.tool]
+        ent = self.suite.entities[tool.entity]
+        args: dict[str, Any] = {p: outputs[s][f] for p, (s, f) in draft.bound(i).items()}
+        is_producer = any(s == i for s, _, _, _ in draft.deps)
+        kind = tool.kind
+        if kind == "create":
+            if not self._fill_create(tool, args, state, rng):
+                return False
+        elif kind == "transact":
+            if not self._fill_transact(tool, args, state, rng):
+                return False
+        else:
+            selectors = {p: v for p, v in args.items()
+                         if kind not in ("update", "delete") or tool.param(p).field == ent.id_field}
+            filters = [(tool.param(p).field, v) for p, v in selectors.items()]
+            cands = [r for r in state.records(ent.name) if all(r.get(f) == v for f, v in filters)]
+            if tool.precondition:
+                cands = [r for r in cands if all(r.get(f) in ok for f, ok in tool.precondition.items())]
+            if not cands:
+                return False
+            rec = cands[int(rng.integers(0, len(cands)))]
+            for p in tool.params:
+                if p.name in args:
+                    continue
+                if kind in ("update",) and p.field != ent.id_field:
+                    value = self._new_value(tool, p.name, rec, state, rng)
+                    if value is None:
+                        return False
+                    args[p.name] = value
+                elif p.required or p.field == ent.id_field or (kind == "search" and (is_producer or rng.random() < 0.4)) \
+                        or (kind == "aggregate" and rng.random() < 0.4):
+                    args[p.name] = rec[p.field]
+        if self.suite.checkers[tool.name].check(args) is not None:
+            return False
+        try:
+            result = self.suite.executor.run(tool, args, state)
+        except ToolError:
+            return False
+        if kind == "search":
+            if is_producer and result["total"] != 1:
+                return False
+            if result["total"] == 0:
+                return False
+            outputs[i] = result["results"][0] if result["total"] == 1 else {}
+        else:
+            outputs[i] = result
+        node.args = args
+        touched[i] = self._touched(tool, args, result)
+        return True
+
+    def _new_value(self, tool: ToolSpec, pname: str, rec: Mapping[str, Any], state: WorldState,
+                   rng: np.random.Generator) -> Any:
+        p = tool.param(pname)
+        target = self.suite.id_entity.get(p.type)
+        for _ in range(8):
+            if target is not None:
+                ids = [r[self.suite.entities[target].id_field] for r in state.records(target)]
+                value = ids[int(rng.integers(0, len(ids)))]
+            else:
+                fspec = self.suite.entities[tool.entity].field(p.field)
+                value = generate_value(fspec, rng, self.suite.pools, 0, {})
+            if value != rec.get(p.field):
+                return value
+        return None
+
+    def _fill_create(self, tool: ToolSpec, args: dict[str, Any], state: WorldState, rng: np.random.Generator) -> bool:
+        ent = self.suite.entities[tool.entity]
+        for p in tool.params:
+            if p.name in args or not (p.required or rng.random() < 0.3):
+                continue
+            target = self.suite.id_entity.get(p.type)
+            if target is not None:
+                ids = [r[self.suite.entities[target].id_field] for r in state.records(target)]
+                if not ids:
+                    return False
+                args[p.name] = ids[int(rng.integers(0, len(ids)))]
+            else:
+                fspec = ent.field(p.field)
+                tables = {fspec.ref: {r[self.suite.entities[fspec.ref].id_field]: r for r in state.records(fspec.ref)}} if fspec.ref else {}
+                args[p.name] = generate_value(fspec, rng, self.suite.pools, 0, tables)
+        return True
+
+    def _fill_transact(self, tool: ToolSpec, args: dict[str, Any], state: WorldState, rng: np.random.Generator) -> bool:
+        assert tool.transfer is not None and tool.transfer_field is not None
+        src_p, dst_p, amt_p = tool.transfer
+        ent = self.suite.entities[tool.entity]
+        bal = tool.transfer_field
+        recs = [r for r in state.records(ent.name)
+                if all(r.get(f) in ok for f, ok in tool.precondition.items())]
+        need = float(args[amt_p]) if amt_p in args else 1.0
+        if src_p not in args:
+            rich = [r for r in recs if float(r[bal]) >= need and r[ent.id_field] != args.get(dst_p)]
+            if not rich:
+                return False
+            args[src_p] = rich[int(rng.integers(0, len(rich)))][ent.id_field]
+        if dst_p not in args:
+            others = [r for r in state.records(ent.name) if r[ent.id_field] != args[src_p]]
+            if not others:
+                return False
+            args[dst_p] = others[int(rng.integers(0, len(others)))][ent.id_field]
+        if amt_p not in args:
+            src = state.get(ent.name, args[src_p])
+            if src is None or float(src[bal]) < 1.0:
+                return False
+            args[amt_p] = round(float(rng.uniform(1.0, min(float(src[bal]), 500.0))), 2)
+        for p in tool.params:
+            if p.name not in args and p.required:
+                if tool.record is not None and p.field in self.suite.entities[tool.record].field_names:
+                    fspec = self.suite.entities[tool.record].field(p.field)
+                    args[p.name] = generate_value(fspec, rng, self.suite.pools, 0, {})
+                else:
+                    return False
+        return True
+
+    def _touched(self, tool: ToolSpec, args: Mapping[str, Any], result: Mapping[str, Any]) -> set[tuple[str, str]]:
+        ent = self.suite.entities[tool.entity]
+        if tool.kind in ("search", "aggregate"):
+            return {(ent.name, "*")}
+        if tool.kind == "transact":
+            assert tool.transfer is not None
+            return {(ent.name, args[tool.transfer[0]]), (ent.name, args[tool.transfer[1]])}
+        if tool.kind == "create":
+            return {(ent.name, result[ent.id_field])}
+        if tool.kind == "lookup":
+            return {(ent.name, "*")}
+        id_param = next(p.name for p in tool.params if p.field == ent.id_field)
+        return {(ent.name, args[id_param])}
+
+    def _order_independent(self, draft: _Draft, touched: Mapping[int, set[tuple[str, str]]]) -> bool:
+        g = nx.DiGraph()
+        g.add_nodes_from(range(len(draft.nodes)))
+        g.add_edges_from((s, d) for s, d, _, _ in draft.deps)
+        tools = self.suite.tools
+        for i, a in enumerate(draft.nodes):
+            if not tools[a.tool].mutating:
+                continue
+            for j, b in enumerate(draft.nodes):
+                if i == j or a.turn != b.turn:
+                    continue
+                if tools[b.tool].mutating and j < i:
+                    continue  # each mutating pair checked once
+                if _conflict(touched[i], touched[j]) and not (nx.has_path(g, i, j) or nx.has_path(g, j, i)):
+                    return False
+        return True
+
+    # -- finishing ---------------------------------------------------------------------
+    def _finish(self, draft: _Draft, order: list[int], outputs: Mapping[int, Mapping[str, Any]],
+                rng: np.random.Generator, index: int, world_seed: int, want_answer: bool, n_turns: int,
+                depth: int) -> TaskSpec | None:
+        cfg = self.config
+        ids = {i: f"c{k}" for k, i in enumerate(order)}
+        calls = tuple(Call(ids[i], draft.nodes[i].tool, dict(draft.nodes[i].args), draft.nodes[i].turn) for i in order)
+        deps = tuple(sorted((Dep(ids[s], ids[d], p, f) for s, d, p, f in draft.deps), key=lambda d: (d.dst, d.param)))
+        answer = None
+        if want_answer:
+            sinks = [i for i in order if draft.nodes[i].turn == n_turns - 1
+                     and self.suite.tools[draft.nodes[i].tool].kind in ("read", "lookup", "aggregate")
+                     and not any(s == i for s, _, _, _ in draft.deps)]
+            stated = {format_value(v) for n in draft.nodes for v in n.args.values()}
+            options = [(i, f) for i in sinks for f, v in outputs[i].items()
+                       if format_value(v) not in stated and f in dict(self.suite.tools[draft.nodes[i].tool].outputs)]
+            if not options:
+                return None
+            i, f = options[int(rng.integers(0, len(options)))]
+            answer = Answer(ids[i], f, format_value(outputs[i][f]))
+        # withheld facts and locked tools
+        probe = TaskSpec("probe", world_seed, calls, deps, tuple(Turn("") for _ in range(n_turns)))
+        withheld: dict[int, tuple[tuple[str, str], ...]] = {}
+        locked: dict[int, tuple[str, ...]] = {}
+        if rng.random() < cfg.missing_param:
+            facts = probe.facts()
+            if facts:
+                cid, p, _ = facts[int(rng.integers(0, len(facts)))]
+                withheld[probe.call(cid).turn] = ((cid, p),)
+        if rng.random() < cfg.missing_tool:
+            c = calls[int(rng.integers(0, len(calls)))]
+            locked[c.turn] = (c.tool,)
+        n_distract = self._rint(rng, cfg.distractors)
+        distractors = self._distractors(calls, n_distract, rng)
+        knobs = {"depth": depth, "calls": len(calls), "turns": n_turns,
+                 "cross_domain": len({self.suite.domain_of(c.tool) for c in calls}) > 1}
+        turns = tuple(Turn("", locked.get(t, ()), withheld.get(t, ())) for t in range(n_turns))
+        task = TaskSpec(f"{self.id_prefix}-{self.seed}-{index}", world_seed, calls, deps, turns,
+                        distractors, answer, {"source": "sampler", "seed": self.seed, "index": index, "knobs": knobs})
+        messages = render_turn_messages(task, self.suite)
+        return replace(task, turns=tuple(replace(t, message=m) for t, m in zip(task.turns, messages)))
+
+    def _distractors(self, calls: Sequence[Call], k: int, rng: np.random.Generator) -> tuple[str, ...]:
+        if k <= 0:
+            return ()
+        used = {c.tool for c in calls}
+        doms = {self.suite.domain_of(t) for t in used}
+        kinds = {self.suite.tools[t].kind for t in used}
+        similar = [t for t in self.allowed if t not in used and (self.suite.domain_of(t) in doms or self.suite.tools[t].kind in kinds)]
+        if len(similar) < k:
+            similar = [t for t in self.allowed if t not in used]
+        k = min(k, len(similar))
+        picks = rng.choice(len(similar), size=k, replace=False)
+        return tuple(similar[int(j)] for j in sorted(picks))
+
+
+def _conflict(a: set[tuple[str, str]], b: set[tuple[str, str]]) -> bool:
+    for ent, rid in a:
+        for ent2, rid2 in b:
+            if ent == ent2 and (rid == rid2 or rid == "*" or rid2 == "*"):
+                return True
+    return False
+
+
+def _topo_order(draft: _Draft) -> list[int] | None:
+    g = nx.DiGraph()
+    g.add_nodes_from(range(len(draft.nodes)))
+    g.add_edges_from((s, d) for s, d, _, _ in draft.deps)
+    if not nx.is_directed_acyclic_graph(g):
+        return None
+    # turns first, then dependencies, then creation order: a stable, deterministic order
+    return list(nx.lexicographical_topological_sort(g, key=lambda i: (draft.nodes[i].turn, i)))
+
+
+def _depth(draft: _Draft) -> int:
+    level: dict[int, int] = {}
+    preds: dict[int, list[int]] = {}
+    for s, d, _, _ in draft.deps:
+        preds.setdefault(d, []).append(s)
+    order = _topo_order(draft)
+    if order is None:
+        return -1
+    for i in order:
+        level[i] = 1 + max((level[p] for p in preds.get(i, ())), default=0)
+    return max(level.values(), default=0)
