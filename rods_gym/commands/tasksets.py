@@ -1,0 +1,28 @@
+"""``rods tasksets``: build the checked-in task sets, or describe them."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("tasksets", help="build or describe the train/dev/test/ood task sets")
+    p.add_argument("action", choices=["build", "show"], help="build: regenerate the JSONL files; show: describe them")
+    p.add_argument("--out", type=Path, default=None, help="output directory for build (default: the package's envs/tasksets)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rods_gym.envs import SPLITS, TASKSETS_DIR
+    from rods_gym.envs.build_tasksets import build_all, describe
+
+    from ..env import load_split
+
+    if args.action == "build":
+        for name, tasks in build_all(args.out or TASKSETS_DIR).items():
+            print(f"{name:6s} {describe(tasks)}")
+    else:
+        for name in SPLITS:
+            print(f"{name:6s} {describe(load_split(name))}")
+    return 0
