@@ -76,6 +76,8 @@ class CompiledTask:
         self.task = task
         self.by_tool: dict[str, list[str]] = {}
         self.turn_of = {c.id: c.turn for c in task.calls}
+        self.call_tool = {c.id: c.tool for c in task.calls}
+        self.order = tuple((c.id, c.turn) for c in task.calls)
         self.facts: dict[str, dict[str, Any]] = {}
         self.bound: dict[str, list[tuple[str, str, str]]] = {}  # cid -> [(param, src, field)]
         self.keys: dict[str, frozenset[str]] = {}
@@ -86,7 +88,8 @@ class CompiledTask:
             self.facts[c.id] = {p: v for p, v in c.args.items() if p not in b}
             self.keys[c.id] = frozenset(c.args)
         self.n_required = len(task.calls) + (task.answer is not None)
-        self.available = frozenset(task.tools)
+        self.tools = task.tools
+        self.available = frozenset(self.tools)
         self.sink_tools = tuple(dict.fromkeys(c.tool for c in task.calls))
         self.search_tools = frozenset(c.tool for c in task.calls if tools[c.tool].kind == "search")
         num = None
@@ -149,11 +152,13 @@ class Episode:
         return len(self.satisfied) + self.answered == self.c.n_required
 
     def available_tools(self) -> tuple[str, ...]:
-        return tuple(t for t in self.task.tools if t not in self.locked)
+        if not self.locked:
+            return self.c.tools
+        return tuple(t for t in self.c.tools if t not in self.locked)
 
     def todo(self) -> list[str]:
         """Required calls of the active turns not yet satisfied, in task order."""
-        return [c.id for c in self.task.calls if c.turn <= self.turn and c.id not in self.satisfied]
+        return [cid for cid, turn in self.c.order if turn <= self.turn and cid not in self.satisfied]
 
     def user_message(self, turn: int) -> str:
         return self.task.turns[turn].message

@@ -42,6 +42,7 @@ class Suite:
         self.tool_names: tuple[str, ...] = tuple(self.tools)
         self.tool_index = {n: i for i, n in enumerate(self.tool_names)}
         self.id_entity = {e.id_field: e.name for e in self.entities.values()}
+        self.public_schemas = {n: t.public_schema() for n, t in self.tools.items()}
         self.checkers = {n: ArgChecker(n, t.parameters) for n, t in self.tools.items()}
         self.skills = {n: skill_of(t, self.entities) for n, t in self.tools.items()}
         self.ports = {n: output_ports(t, self.types) for n, t in self.tools.items()}

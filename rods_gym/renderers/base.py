@@ -55,9 +55,13 @@ class Renderer:
 
 
 def value_key(value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return json.dumps(value, sort_keys=True)
-    return repr(round(float(value), 6))
+    """Equal values (numbers within 1e-6) get equal keys."""
+    t = type(value)
+    if t is str:
+        return "s" + value
+    if t is int or t is float:
+        return "n" + repr(round(float(value), 6))
+    return "j" + json.dumps(value, sort_keys=True)
 
 
 class SlotTable:

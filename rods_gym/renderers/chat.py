@@ -11,6 +11,7 @@ conversation is ``env.unwrapped.messages`` and the tool schemas ``env.unwrapped.
 from __future__ import annotations
 
 import json
+import re
 import string
 from typing import TYPE_CHECKING, Any
 
@@ -35,13 +36,14 @@ SYSTEM_PROMPT = (
 )
 
 
+_OUTSIDE = re.compile(r"[^\x20-\x7e\t\n\r\x0b\x0c]")
+
+
 def sanitize(text: str, limit: int = MAX_OBS_CHARS) -> str:
     """Keep observations inside the Text space: printable ASCII, bounded length."""
     if len(text) > limit:
         text = text[: limit - 15] + " ...[truncated]"
-    if all(ch in CHARSET for ch in text):
-        return text
-    return "".join(ch if ch in CHARSET else "?" for ch in text)
+    return _OUTSIDE.sub("?", text)
 
 
 def _no_constants(name: str) -> Any:
@@ -110,14 +112,15 @@ def parse_chat_action(action: Any) -> Action:
 class ChatRenderer(Renderer):
     def __init__(self, suite: Any) -> None:
         super().__init__(suite)
-        self.observation_space = gym.spaces.Text(max_length=MAX_OBS_CHARS, charset="".join(sorted(CHARSET)))
+        # min_length=0: the step that ends the episode (the final reply) adds no message
+        self.observation_space = gym.spaces.Text(max_length=MAX_OBS_CHARS, min_length=0, charset="".join(sorted(CHARSET)))
         self.action_space = gym.spaces.Text(max_length=MAX_ACTION_CHARS, charset="".join(sorted(CHARSET)))
         self.messages: list[dict[str, Any]] = []
         self.tools: list[dict[str, Any]] = []
         self.new_messages: list[dict[str, Any]] = []
 
     def reset(self, episode: "Episode") -> str:
-        self.tools = [self.suite.tools[t].public_schema() for t in episode.task.tools]
+        self.tools = [self.suite.public_schemas[t] for t in episode.task.tools]
         first = {"role": "user", "content": episode.user_message(0)}
         self.messages = [{"role": "system", "content": SYSTEM_PROMPT}, first]
         self.new_messages = [first]

@@ -59,7 +59,7 @@ class CompactRenderer(Renderer):
         super().__init__(suite)
         self.vocab = vocabulary(suite)
         charset = "".join(sorted({ch for w in self.vocab for ch in w} | {" ", "\n"}))
-        self.observation_space = gym.spaces.Text(max_length=MAX_OBS_CHARS, charset=charset)
+        self.observation_space = gym.spaces.Text(max_length=MAX_OBS_CHARS, min_length=0, charset=charset)  # "" ends it
         self.action_space = gym.spaces.Text(max_length=MAX_ACTION_CHARS, charset=charset)
         self._tokens = frozenset(self.vocab)
         self.slots = SlotTable(N_SLOTS)

@@ -52,6 +52,7 @@ class StructuredRenderer(Renderer):
             "last_error": gym.spaces.Discrete(len(ERROR_CLASSES)),
         })
         self.action_space = gym.spaces.MultiDiscrete(np.array([3, n] + [k + 1] * self.n_params))
+        self._nvec = [int(v) for v in self.action_space.nvec]
         self._err_index = {e: i for i, e in enumerate(ERROR_CLASSES)}
         self.slots = SlotTable(N_SLOTS)
         self._called = np.zeros(n, np.int8)
@@ -108,8 +109,9 @@ class StructuredRenderer(Renderer):
         n = self.n_tools
         index = self.suite.tool_index
         todo = np.zeros(n, np.int8)
+        call_tool = episode.c.call_tool
         for cid in episode.todo():
-            todo[index[episode.task.call(cid).tool]] = 1
+            todo[index[call_tool[cid]]] = 1
         available = np.zeros(n, np.int8)
         for t in episode.available_tools():
             available[index[t]] = 1
@@ -129,15 +131,10 @@ class StructuredRenderer(Renderer):
 
     # -- actions -----------------------------------------------------------------------
     def decode(self, action: Any) -> Action:
-        try:
-            a = np.asarray(action).reshape(-1)
-            if a.shape[0] != len(self.action_space.nvec) or not np.issubdtype(a.dtype, np.integer) and not np.all(np.mod(a, 1) == 0):
-                raise ValueError
-            a = a.astype(np.int64)
-        except (ValueError, TypeError):
-            return Invalid("malformed", f"expected {len(self.action_space.nvec)} integers, got {str(action)[:80]}")
-        if np.any(a < 0) or np.any(a >= self.action_space.nvec):
-            return Invalid("malformed", f"action {a.tolist()} is outside {self.action_space}")
+        a = self._as_ints(action)
+        if a is None:
+            return Invalid("malformed", f"expected {len(self._nvec)} integers within {self._nvec}, "
+                           f"got {str(action)[:80]}")
         kind = int(a[0])
         if kind == 1:
             return Ask("?")
@@ -158,6 +155,29 @@ class StructuredRenderer(Renderer):
                 return Invalid("invalid_arguments", f"slot {k} for {p.name!r} is empty")
             args[p.name] = self.slots.values[k]
         return ToolCall(tool.name, args)
+
+    def _as_ints(self, action: Any) -> list[int] | None:
+        """The action as a list of in-range ints, or None (never raises)."""
+        try:
+            if isinstance(action, np.ndarray):
+                if action.ndim != 1 or action.dtype.kind not in "iu":
+                    if action.size != len(self._nvec) or action.dtype.kind != "f" or not np.all(np.mod(action, 1) == 0):
+                        return None
+                values = [int(v) for v in action.reshape(-1).tolist()]
+            elif isinstance(action, (list, tuple)):
+                if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in action):
+                    return None
+                values = [int(v) for v in action]
+            else:
+                return None
+        except (TypeError, ValueError, OverflowError):
+            return None
+        if len(values) != len(self._nvec):
+            return None
+        for v, n in zip(values, self._nvec):
+            if v < 0 or v >= n:
+                return None
+        return values
 
     def action_masks(self, episode: "Episode") -> np.ndarray:
         kinds = np.ones(3, bool)

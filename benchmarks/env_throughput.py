@@ -1,0 +1,139 @@
+"""Environment throughput on one core: steps/s per view (oracle and invalid actions),
+resets/s, and sampled tasks/s.
+
+    python benchmarks/env_throughput.py [--scale smoke|cpu] [--json OUT]
+
+Oracle actions are recorded once per task and then replayed, so the timed loop is
+parse + validate + execute + reward + render and nothing else. Timings use the unwrapped
+env (``gym.make`` adds Gymnasium's checker wrappers; their cost is reported separately).
+Targets (issue 2): structured >= 50,000 steps/s, chat >= 20,000 steps/s, reset >= 5,000/s,
+sampler >= 5,000 tasks/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from typing import Any
+
+import gymnasium as gym
+
+import rods_gym
+from rods_gym import DIFFICULTIES, TaskSampler, ToolChainEnv, default_suite, load_split, oracle_action
+
+MODES = ("chat", "compact", "structured")
+TARGETS = {"chat": 20_000, "structured": 50_000, "reset": 5_000, "sampler": 5_000}
+
+
+def record_oracle(env: ToolChainEnv, tasks: list) -> list[tuple[Any, list[Any]]]:
+    episodes = []
+    for task in tasks:
+        env.reset(options={"task": task})
+        actions = []
+        done = False
+        while not done:
+            a = env.encode(oracle_action(env.episode))
+            actions.append(a)
+            _, _, term, trunc, _ = env.step(a)
+            done = term or trunc
+        episodes.append((task, actions))
+    return episodes
+
+
+def time_replay(env: ToolChainEnv, episodes: list, repeats: int) -> tuple[float, int]:
+    """Seconds spent inside step() and the number of steps, over ``repeats`` passes."""
+    spent, steps = 0.0, 0
+    for _ in range(repeats):
+        for task, actions in episodes:
+            env.reset(options={"task": task})
+            t0 = time.perf_counter()
+            for a in actions:
+                env.step(a)
+            spent += time.perf_counter() - t0
+            steps += len(actions)
+    return spent, steps
+
+
+def invalid_actions(mode: str, env: ToolChainEnv) -> list[Any]:
+    if mode == "chat":
+        return ['{"name": "get_order", "arguments": {"order_id": 12}', "<tool_call>{\"name\": \"nope\"}</tool_call>",
+                '{"name": "get_order", "arguments": {"order_id": 12}}', "[" * 50]
+    if mode == "compact":
+        return ["call nope", "call get_order order_id $63", "reply $99 extra", "frobnicate"]
+    n = len(env.action_space.nvec)
+    return [[0] * (n - 1), [5] + [0] * (n - 1), [0, 10**6] + [0] * (n - 2)]
+
+
+def time_invalid(env: ToolChainEnv, tasks: list, n_steps: int) -> float:
+    actions = invalid_actions(env.mode, env)
+    env.reset(options={"task": tasks[0]})
+    spent, i, k = 0.0, 0, 0
+    while i < n_steps:
+        a = actions[i % len(actions)]
+        t0 = time.perf_counter()
+        _, _, term, trunc, _ = env.step(a)
+        spent += time.perf_counter() - t0
+        i += 1
+        if term or trunc:
+            k += 1
+            env.reset(options={"task": tasks[k % len(tasks)]})
+    return n_steps / spent
+
+
+def time_resets(env: ToolChainEnv, tasks: list, n: int) -> float:
+    for t in tasks:  # warm worlds and compiled tasks
+        env.reset(options={"task": t})
+    t0 = time.perf_counter()
+    for i in range(n):
+        env.reset(options={"task": tasks[i % len(tasks)]})
+    return n / (time.perf_counter() - t0)
+
+
+def time_sampler(n: int) -> float:
+    sampler = TaskSampler(default_suite(), DIFFICULTIES["medium"], seed=123)
+    sampler.sample_many(200)  # warm the world cache
+    t0 = time.perf_counter()
+    sampler.sample_many(n, start=10_000)
+    return n / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--scale", choices=["smoke", "cpu"], default="cpu")
+    parser.add_argument("--json", default=None, help="write the figures as JSON here")
+    args = parser.parse_args()
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core
+    n_tasks, repeats, n_invalid, n_resets, n_sample = {
+        "smoke": (40, 1, 2_000, 2_000, 200), "cpu": (400, 5, 50_000, 50_000, 3_000)}[args.scale]
+    tasks = load_split("test")[:n_tasks]
+    results: dict[str, Any] = {"scale": args.scale, "python": platform.python_version(),
+                               "machine": f"{platform.machine()} {os.cpu_count()} cpus, pinned to 1 core"}
+    for mode in MODES:
+        env = ToolChainEnv(mode=mode)
+        episodes = record_oracle(env, tasks)
+        spent, steps = time_replay(env, episodes, repeats)
+        results[f"{mode}_oracle_steps_per_s"] = steps / spent
+        results[f"{mode}_invalid_steps_per_s"] = time_invalid(env, tasks, n_invalid)
+        wrapped = gym.make(f"rods/ToolChain-{mode.title()}-v0")  # the same episodes through gym.make's wrappers
+        spent, steps = time_replay(wrapped, episodes, repeats)
+        results[f"{mode}_oracle_steps_per_s_gym_make"] = steps / spent
+    results["resets_per_s"] = time_resets(ToolChainEnv(mode="structured"), tasks, n_resets)
+    results["resets_per_s_chat"] = time_resets(ToolChainEnv(mode="chat"), tasks, n_resets)
+    results["sampler_tasks_per_s"] = time_sampler(n_sample)
+    for k, v in results.items():
+        print(f"{k:40s} {v:,.0f}" if isinstance(v, float) else f"{k:40s} {v}")
+    for key, target in TARGETS.items():
+        got = {"chat": results["chat_oracle_steps_per_s"], "structured": results["structured_oracle_steps_per_s"],
+               "reset": results["resets_per_s"], "sampler": results["sampler_tasks_per_s"]}[key]
+        print(f"target {key:10s} {target:>8,} -> {got:10,.0f}  {'met' if got >= target else 'MISSED'}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(results, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
