@@ -1,0 +1,204 @@
+"""The comparison arms other than RODS, behind the same task-source interface (DESIGN §6).
+
+* ``fixed``    :class:`~rods_gym.trainer.task_source.FixedSeeds`: epochs over the seeds.
+* ``augment``  :class:`AugmentedSeeds`: the same seeds, but the trainer must run them in the
+  augmented environment ``rods/ToolChain-Aug-*-v0`` (its :attr:`AugmentedSeeds.env_id`).
+* ``offline``  :class:`OfflinePipeline`: epochs over tasks synthesized once, up front
+  (``rods synth``: 17,000 variants of uniformly chosen seeds), read from JSONL.
+* ``dapo``     :class:`DynamicSamplingSource`: DAPO-style dynamic sampling over the seeds:
+  groups with zero reward variance are dropped and replaced by fresh tasks, and the rollouts
+  of the replacements are counted in :attr:`extra_rollouts`.
+
+The ablations "replay_only" and "naive" are RODS variants (see :mod:`.rods`).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from rods_gym.task import TaskSpec, read_jsonl
+
+from ..task_source import FixedSeeds, GroupResult
+
+AUGMENTED_ENV_ID = "rods/ToolChain-Aug-v0"
+
+
+class EpochSource(FixedSeeds):
+    """:class:`FixedSeeds` that also reports how many distinct tasks it has handed out."""
+
+    def __init__(self, tasks: Sequence[TaskSpec], seed: int = 0) -> None:
+        super().__init__(tasks, seed)
+        self._drawn = 0
+
+    def next_batch(self, step: int, n_tasks: int) -> list[TaskSpec]:
+        if n_tasks < 1:
+            raise ValueError(f"next_batch: n_tasks must be >= 1, got {n_tasks}")
+        self._drawn += n_tasks
+        return super().next_batch(step, n_tasks)
+
+    def telemetry(self) -> dict[str, float]:
+        # epochs cover every task before any repeats, so the distinct count is exact
+        return {**super().telemetry(), "tasks_seen": float(min(self._drawn, len(self.tasks)))}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "name": self.name, "drawn": self._drawn}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("name", self.name) != self.name:
+            raise ValueError(f"state of source {state['name']!r} loaded into source {self.name!r}")
+        super().load_state_dict(state)
+        self._drawn = int(state["drawn"])
+
+
+class AugmentedSeeds(EpochSource):
+    """Arm "augment": the seeds in epochs, run in the augmented environment.
+
+    The source only chooses tasks; the augmentation (error hints, renamed/reordered tools and
+    parameters, distractors, re-drawn world state) lives in the env. The trainer must build
+    its envs as ``gym.make(source.env_id, **source.env_kwargs)`` for this arm (e.g.
+    ``rods/ToolChain-Aug-Compact-v0`` for the compact view; ``env_kwargs`` may carry
+    ``augment=`` intensities, see :class:`rods_gym.augment.AugmentConfig`).
+    """
+
+    name = "augment"
+
+    def __init__(self, tasks: Sequence[TaskSpec], seed: int = 0, *, env_id: str = AUGMENTED_ENV_ID,
+                 env_kwargs: Mapping[str, Any] | None = None) -> None:
+        super().__init__(tasks, seed)
+        self.env_id = env_id
+        self.env_kwargs = dict(env_kwargs or {})
+
+
+class OfflinePipeline(EpochSource):
+    """Arm "offline": uniform epochs (seeded shuffles) over a fixed set of pre-synthesized tasks."""
+
+    name = "offline"
+
+    @classmethod
+    def from_jsonl(cls, path: str | Path, seed: int = 0) -> "OfflinePipeline":
+        path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f"offline task file {path} does not exist; synthesize it with `rods synth`")
+        tasks = read_jsonl(path)
+        if not tasks:
+            raise ValueError(f"offline task file {path} holds no tasks")
+        return cls(tasks, seed)
+
+
+@runtime_checkable
+class DynamicSampling(Protocol):
+    """A source that replaces silent groups within a step. The trainer's step becomes::
+
+        tasks = source.next_batch(step, n)
+        groups = rollouts(tasks); source.observe(step, groups)
+        while more := source.refill(step):          # at most source.max_refill_rounds rounds
+            extra = rollouts(more); source.observe(step, extra); groups += extra
+        groups = source.select(groups)              # the groups to train on (<= n)
+    """
+
+    max_refill_rounds: int
+
+    def refill(self, step: int) -> list[TaskSpec]:
+        ...
+
+    def select(self, groups: Sequence[GroupResult]) -> list[GroupResult]:
+        ...
+
+
+def informative(group: GroupResult) -> bool:
+    """A group carries a GRPO gradient only if its returns differ."""
+    return bool(np.std(group.returns) > 0.0)
+
+
+class DynamicSamplingSource:
+    """Ablation "dapo": DAPO-style dynamic sampling (Yu et al., 2025) over the seeds.
+
+    ``next_batch`` hands out ``n`` tasks (epochs over the seeds, as in "fixed"). After their
+    groups are observed, ``refill`` asks for replacements of the silent ones: enough fresh
+    tasks to cover the shortfall at the informative rate seen so far this step (at least
+    ``min_informative_rate``, so at most ``1 / min_informative_rate`` times the shortfall),
+    for at most ``max_refill_rounds`` rounds. ``select`` keeps the first ``n`` informative
+    groups; the step may train on fewer when the rounds run out.
+
+    Budget: the trainer counts ``n * G`` rollouts per step as for every arm; the rollouts of
+    the refill tasks are this source's :attr:`extra_rollouts` (cumulative), so the total
+    generated is ``steps * n * G + extra_rollouts``.
+    """
+
+    name = "dapo"
+
+    def __init__(self, tasks: Sequence[TaskSpec], seed: int = 0, *, max_refill_rounds: int = 3,
+                 min_informative_rate: float = 0.25) -> None:
+        if max_refill_rounds < 0:
+            raise ValueError(f"max_refill_rounds must be >= 0, got {max_refill_rounds}")
+        if not 0.0 < min_informative_rate <= 1.0:
+            raise ValueError(f"min_informative_rate must lie in (0, 1], got {min_informative_rate}")
+        self.stream = EpochSource(tasks, seed)
+        self.max_refill_rounds = max_refill_rounds
+        self.min_informative_rate = min_informative_rate
+        self._extra = 0
+        self._step = {"target": 0, "rounds": 0, "groups": 0, "informative": 0, "refill_tasks": 0, "extra": 0}
+        self._refills: dict[str, int] = {}  # refill task ids handed out, not yet observed
+        self._last: dict[str, float] = {}
+
+    def next_batch(self, step: int, n_tasks: int) -> list[TaskSpec]:
+        self._step = {"target": n_tasks, "rounds": 0, "groups": 0, "informative": 0, "refill_tasks": 0, "extra": 0}
+        self._refills = {}
+        return self.stream.next_batch(step, n_tasks)
+
+    def observe(self, step: int, groups: Sequence[GroupResult]) -> None:
+        s = self._step
+        for g in groups:
+            s["groups"] += 1
+            s["informative"] += informative(g)
+            if self._refills.get(g.task.id, 0) > 0:
+                self._refills[g.task.id] -= 1
+                s["extra"] += len(g.returns)
+                self._extra += len(g.returns)
+        n = max(1, s["groups"])
+        self._last = {"silent_fraction": 1.0 - s["informative"] / n, "refill_rounds": float(s["rounds"]),
+                      "refill_tasks": float(s["refill_tasks"]), "extra_rollouts_step": float(s["extra"]),
+                      "extra_rollouts": float(self._extra),
+                      "kept_groups": float(min(s["informative"], s["target"])),
+                      "tasks_seen": self.stream.telemetry()["tasks_seen"]}
+
+    def refill(self, step: int) -> list[TaskSpec]:
+        s = self._step
+        shortfall = s["target"] - s["informative"]
+        if shortfall <= 0 or s["rounds"] >= self.max_refill_rounds:
+            return []
+        rate = s["informative"] / s["groups"] if s["groups"] else 1.0
+        k = math.ceil(shortfall / max(rate, self.min_informative_rate))
+        tasks = self.stream.next_batch(step, k)
+        for t in tasks:
+            self._refills[t.id] = self._refills.get(t.id, 0) + 1
+        s["rounds"] += 1
+        s["refill_tasks"] += k
+        return tasks
+
+    def select(self, groups: Sequence[GroupResult]) -> list[GroupResult]:
+        return [g for g in groups if informative(g)][: self._step["target"]]
+
+    def telemetry(self) -> dict[str, float]:
+        return dict(self._last)
+
+    @property
+    def extra_rollouts(self) -> int:
+        return self._extra
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "stream": self.stream.state_dict(), "extra": self._extra,
+                "step": dict(self._step), "refills": dict(self._refills), "last": dict(self._last)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("name") != self.name:
+            raise ValueError(f"state of source {state.get('name')!r} loaded into source {self.name!r}")
+        self.stream.load_state_dict(state["stream"])
+        self._extra = int(state["extra"])
+        self._step = {k: int(v) for k, v in state["step"].items()}
+        self._refills = {k: int(v) for k, v in state["refills"].items()}
+        self._last = dict(state["last"])
