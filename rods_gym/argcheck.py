@@ -12,6 +12,7 @@ exactly what ``jsonschema`` accepts.
 from __future__ import annotations
 
 import math
+import operator
 import re
 from typing import Any, Callable, Mapping
 
@@ -21,14 +22,18 @@ _JSON_TYPE = {
     "string": lambda v: isinstance(v, str),
     "integer": lambda v: (isinstance(v, int) and not isinstance(v, bool))
     or (isinstance(v, float) and v.is_integer()),
-    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+    # ints of any size are finite (math.isfinite would overflow on 10**400); NaN/inf are not JSON
+    "number": lambda v: (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and math.isfinite(v)),
     "boolean": lambda v: isinstance(v, bool),
 }
 Check = Callable[[Any], "str | None"]
 
 
 def _short(value: Any, limit: int = 40) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int beyond Python's digit limit for str()
+        return f"<{type(value).__name__} too large to show>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -40,11 +45,15 @@ def compile_property(name: str, schema: Mapping[str, Any]) -> Check:
     checks: list[Check] = []
     jtype = schema.get("type")
     if jtype is not None:
+        if not isinstance(jtype, str) or jtype not in _JSON_TYPE:
+            raise ValueError(f"parameter {name!r}: unsupported type {jtype!r}; use one of {sorted(_JSON_TYPE)}")
         is_type = _JSON_TYPE[jtype]
         checks.append(lambda v: None if is_type(v) else f"'{name}' must be {jtype}, got {type(v).__name__} {_short(v)}")
     if "enum" in schema:
         allowed = tuple(schema["enum"])
-        checks.append(lambda v: None if v in allowed else f"'{name}' must be one of {list(allowed)}, got {_short(v)}")
+        # as in JSON Schema, true is not 1 and false is not 0
+        checks.append(lambda v: None if any(a == v and isinstance(a, bool) == isinstance(v, bool) for a in allowed)
+                      else f"'{name}' must be one of {list(allowed)}, got {_short(v)}")
     if "pattern" in schema:
         rx = re.compile(schema["pattern"])
         checks.append(lambda v: None if not isinstance(v, str) or rx.search(v)
@@ -56,12 +65,13 @@ def compile_property(name: str, schema: Mapping[str, Any]) -> Check:
         hi = schema["maxLength"]
         checks.append(lambda v: None if not isinstance(v, str) or len(v) <= hi
                       else f"'{name}' is too long ({len(v)} characters, max {hi})")
-    for key, op, word in (("minimum", float.__ge__, ">="), ("maximum", float.__le__, "<="),
-                          ("exclusiveMinimum", float.__gt__, ">"), ("exclusiveMaximum", float.__lt__, "<")):
+    for key, op, word in (("minimum", operator.ge, ">="), ("maximum", operator.le, "<="),
+                          ("exclusiveMinimum", operator.gt, ">"), ("exclusiveMaximum", operator.lt, "<")):
         if key in schema:
-            bound = float(schema[key])
+            bound = schema[key]
+            # compare v itself: Python compares ints and floats exactly, float(10**400) would overflow
             checks.append(lambda v, bound=bound, op=op, word=word: None
-                          if not _JSON_TYPE["number"](v) or op(float(v), bound)
+                          if not _JSON_TYPE["number"](v) or op(v, bound)
                           else f"'{name}' must be {word} {bound:g}, got {_short(v)}")
 
     def check(value: Any) -> str | None:

@@ -33,12 +33,24 @@ from typing import Any, Callable, Mapping
 
 import jsonschema
 
+from .argcheck import compile_property
+
 KINDS = ("lookup", "search", "read", "create", "update", "delete", "transact", "aggregate")
 #: kinds whose calls change the world
 MUTATING_KINDS = frozenset({"create", "update", "delete", "transact"})
 #: value-type roles whose values flow between tools (they make API-graph edges)
 LINKABLE_ROLES = frozenset({"id", "contact", "name", "amount", "date", "place", "code"})
 NUMERIC_ROLES = frozenset({"amount", "count"})
+#: Faker providers whose values depend on today's date (worlds must not change from day to day)
+TODAY_DEPENDENT_FAKER = frozenset({
+    "am_pm", "century", "credit_card_expire", "date", "date_between", "date_between_dates", "date_object",
+    "date_of_birth", "date_this_century", "date_this_decade", "date_this_month", "date_this_year", "date_time",
+    "date_time_ad", "date_time_between", "date_time_between_dates", "date_time_this_century",
+    "date_time_this_decade", "date_time_this_month", "date_time_this_year", "day_of_month", "day_of_week",
+    "future_date", "future_datetime", "iso8601", "month", "month_name", "passport_dates", "passport_dob",
+    "past_date", "past_datetime", "profile", "simple_profile", "time", "time_delta", "time_object",
+    "time_series", "unix_time", "year",
+})
 
 
 class DomainError(ValueError):
@@ -210,6 +222,7 @@ class _Builder:
     def __init__(self, raw: dict[str, Any], source: str, known_types: Mapping[str, ValueType]) -> None:
         self.raw, self.source, self.known = raw, source, known_types
         self.name: str = raw["name"]
+        self._faker: Any = None  # created on first use, to check Faker providers
 
     def fail(self, path: str, reason: str) -> DomainError:
         return DomainError(self.source, path, reason)
@@ -274,9 +287,8 @@ class _Builder:
                     if raw_entities[local]["id"] != fspec["type"]:
                         raise self.fail(f"{fpath}.type", f"a ref to {local!r} must have type {raw_entities[local]['id']!r}")
                     gen["ref"] = self._qualify(local)
-                if "faker" in gen and gen["faker"].split("_")[0] in ("date", "time", "past", "future", "unix", "iso8601"):
-                    raise self.fail(f"{fpath}.faker", f"Faker provider {gen['faker']!r} depends on today's date, "
-                                    "so worlds would change from day to day; use 'dates': [first, last]")
+                if "faker" in gen:
+                    self._check_faker(fpath, gen["faker"], gen.get("faker_args"))
                 if "dates" in gen:
                     try:
                         lo, hi = (_dt.date.fromisoformat(x) for x in gen["dates"])
@@ -297,6 +309,23 @@ class _Builder:
                                 tuple(fields), spec.get("description", ""))
         self._check_ref_order(out)
         return out
+
+    def _check_faker(self, fpath: str, provider: str, args: Mapping[str, Any] | None) -> None:
+        if provider in TODAY_DEPENDENT_FAKER or provider.split("_")[0] in ("date", "time", "past", "future", "unix"):
+            raise self.fail(f"{fpath}.faker", f"Faker provider {provider!r} depends on today's date, "
+                            "so worlds would change from day to day; use 'dates': [first, last]")
+        if self._faker is None:
+            from faker import Faker
+
+            self._faker = Faker("en_US")
+        fn = getattr(self._faker, provider, None)
+        if not callable(fn):
+            raise self.fail(f"{fpath}.faker", f"Faker (en_US) has no provider {provider!r}")
+        self._faker.seed_instance(0)
+        try:
+            fn(**(args or {}))
+        except Exception as exc:  # any failure of the provider call is the file's fault
+            raise self.fail(f"{fpath}.faker_args", f"{provider}(**{args or {}}) fails: {exc}") from None
 
     def _check_ref_order(self, entities: Mapping[str, EntitySpec]) -> None:
         import networkx as nx
@@ -356,6 +385,10 @@ class _Builder:
                 jsonschema.Draft202012Validator.check_schema(schema)
             except jsonschema.SchemaError as exc:
                 raise self.fail(ppath, f"not a valid JSON Schema: {exc.message}") from None
+            try:  # the env checks arguments with a compiled subset of JSON Schema
+                compile_property(pname, schema)
+            except ValueError as exc:
+                raise self.fail(ppath, str(exc)) from None
             full_props[pname] = schema
             params.append(ParamSpec(pname, tname, fname, pname in required, schema))
         parameters = {"type": "object", "properties": full_props, "required": required, "additionalProperties": False}

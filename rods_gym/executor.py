@@ -27,7 +27,12 @@ class ToolError(Exception):
 
 def _num_eq(a: Any, b: Any) -> bool:
     if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) and not isinstance(b, bool):
-        return abs(float(a) - float(b)) <= 1e-6
+        if isinstance(a, int) and isinstance(b, int):
+            return a == b  # exact, and float() of a huge int would overflow
+        try:
+            return abs(a - b) <= 1e-6
+        except OverflowError:  # an int beyond float range is never within 1e-6 of a float
+            return False
     return a == b
 
 

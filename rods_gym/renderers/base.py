@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
+from ..task import format_value
+
 if TYPE_CHECKING:
     from ..episode import Action, Episode, StepOutcome
     from ..suite import Suite
@@ -69,14 +71,17 @@ class SlotTable:
 
     Equal values share a slot, so an id returned by one call and passed to the next is the
     same slot. When all ``capacity`` slots are used, a new value takes over the oldest slot
-    that does not hold a user fact (round robin); ``add`` returns ``None`` only when every
-    slot holds a user fact.
+    (round robin) that does not hold a user fact, preferring slots whose type is not in
+    ``keep_types``: the renderers keep the linkable types (ids, contacts, dates...), the only
+    values that later calls consume, over text and categories, which are at most read out in
+    an answer right away. ``add`` returns ``None`` only when every slot holds a user fact.
     """
 
-    __slots__ = ("capacity", "values", "types", "sources", "_index", "_evict")
+    __slots__ = ("capacity", "keep_types", "values", "types", "sources", "_index", "_evict")
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, keep_types: frozenset[str] = frozenset()) -> None:
         self.capacity = capacity
+        self.keep_types = keep_types
         self.values: list[Any] = []
         self.types: list[str] = []
         self.sources: list[str] = []
@@ -103,15 +108,28 @@ class SlotTable:
         return k
 
     def _victim(self) -> int | None:
-        for step in range(self.capacity):  # bounded scan for the oldest non-user slot
-            k = (self._evict + step) % self.capacity
-            if self.sources[k] != "user":
-                self._evict = (k + 1) % self.capacity
-                return k
+        for any_type in (False, True):  # first a slot of a type not kept, then any tool value
+            for step in range(self.capacity):  # bounded scan for the oldest non-user slot
+                k = (self._evict + step) % self.capacity
+                if self.sources[k] != "user" and (any_type or self.types[k] not in self.keep_types):
+                    self._evict = (k + 1) % self.capacity
+                    return k
         return None
 
     def find(self, value: Any) -> int | None:
         return self._index.get(value_key(value))
+
+    def find_answer(self, answer: str) -> int | None:
+        """The slot a reply should send for an answer written ``answer``: the value written the
+        same way, else the same number (a count of 2 shares the slot of an amount 2.0, and the
+        reply "2.0" contains the answer "2")."""
+        for k, v in enumerate(self.values):
+            if format_value(v) == answer:
+                return k
+        try:
+            return self.find(float(answer))
+        except (ValueError, OverflowError):
+            return None
 
     def __len__(self) -> int:
         return len(self.values)

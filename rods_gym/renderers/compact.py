@@ -57,12 +57,13 @@ def vocabulary(suite: "Suite") -> list[str]:
 class CompactRenderer(Renderer):
     def __init__(self, suite: "Suite") -> None:
         super().__init__(suite)
+        self._keep_types = frozenset(t for t, vt in suite.types.items() if vt.linkable)
         self.vocab = vocabulary(suite)
         charset = "".join(sorted({ch for w in self.vocab for ch in w} | {" ", "\n"}))
         self.observation_space = gym.spaces.Text(max_length=MAX_OBS_CHARS, min_length=0, charset=charset)  # "" ends it
         self.action_space = gym.spaces.Text(max_length=MAX_ACTION_CHARS, charset=charset)
         self._tokens = frozenset(self.vocab)
-        self.slots = SlotTable(N_SLOTS)
+        self.slots = SlotTable(N_SLOTS, self._keep_types)
         self.transcript: list[str] = []
 
     # -- rendering ---------------------------------------------------------------------
@@ -95,7 +96,7 @@ class CompactRenderer(Renderer):
         return "user " + text
 
     def reset(self, episode: "Episode") -> str:
-        self.slots = SlotTable(N_SLOTS)
+        self.slots = SlotTable(N_SLOTS, self._keep_types)
         tools = " ".join(f"{t} ( {' '.join(self.suite.tools[t].param_names)} )" for t in episode.available_tools())
         obs = f"tools {tools} | {self._turn_text(episode, 0)}"
         self.transcript = [obs]
@@ -136,7 +137,9 @@ class CompactRenderer(Renderer):
             else:
                 lines.append("user nothing")
         obs = "\n".join(lines)
-        self.transcript.append(obs)
+        # render() also explains errors in words; the observation keeps to the closed vocabulary
+        notes = [f"# {ev['error']}: {ev['message']}" for ev in outcome.events if ev["kind"] == "error"]
+        self.transcript.append("\n".join([obs, *notes]))
         return self._bound(obs)
 
     def _fact_type(self, episode: "Episode", param: str) -> str:
@@ -214,7 +217,7 @@ class CompactRenderer(Renderer):
             k = None
             if episode.task.answer is not None and episode.turn == len(episode.task.turns) - 1:
                 a = episode.task.answer
-                k = next((i for i, v in enumerate(self.slots.values) if format_value(v) == a.value), None)
+                k = self.slots.find_answer(a.value)
             return "reply" if k is None else f"reply ${k}"
         raise ValueError(f"cannot encode {action!r}")
 

@@ -37,6 +37,7 @@ N_SLOTS = 48
 class StructuredRenderer(Renderer):
     def __init__(self, suite: "Suite") -> None:
         super().__init__(suite)
+        self._keep_types = frozenset(t for t, vt in suite.types.items() if vt.linkable)
         self.n_tools = len(suite.tool_names)
         self.n_types = len(suite.type_names)
         self.n_params = max(len(t.params) for t in suite.tools.values())
@@ -54,7 +55,7 @@ class StructuredRenderer(Renderer):
         self.action_space = gym.spaces.MultiDiscrete(np.array([3, n] + [k + 1] * self.n_params))
         self._nvec = [int(v) for v in self.action_space.nvec]
         self._err_index = {e: i for i, e in enumerate(ERROR_CLASSES)}
-        self.slots = SlotTable(N_SLOTS)
+        self.slots = SlotTable(N_SLOTS, self._keep_types)
         self._called = np.zeros(n, np.int8)
         self._slot_type = np.zeros(k, np.int64)
         self._slot_from = np.zeros(k, np.int64)
@@ -74,7 +75,7 @@ class StructuredRenderer(Renderer):
                 self._add(v, self.suite.tools[episode.task.call(cid).tool].param(p).type, 1)
 
     def reset(self, episode: "Episode") -> dict[str, Any]:
-        self.slots = SlotTable(N_SLOTS)
+        self.slots = SlotTable(N_SLOTS, self._keep_types)
         self._called[:] = 0
         self._slot_type[:] = 0
         self._slot_from[:] = 0
@@ -161,8 +162,9 @@ class StructuredRenderer(Renderer):
         try:
             if isinstance(action, np.ndarray):
                 if action.ndim != 1 or action.dtype.kind not in "iu":
-                    if action.size != len(self._nvec) or action.dtype.kind != "f" or not np.all(np.mod(action, 1) == 0):
-                        return None
+                    with np.errstate(invalid="ignore"):  # NaN/inf fail the integer test quietly
+                        if action.size != len(self._nvec) or action.dtype.kind != "f" or not np.all(np.mod(action, 1) == 0):
+                            return None
                 values = [int(v) for v in action.reshape(-1).tolist()]
             elif isinstance(action, (list, tuple)):
                 if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in action):
@@ -206,7 +208,7 @@ class StructuredRenderer(Renderer):
             a[0] = 2
             ans = episode.task.answer
             if ans is not None and episode.turn == len(episode.task.turns) - 1:
-                k = next((i for i, v in enumerate(self.slots.values) if format_value(v) == ans.value), None)
+                k = self.slots.find_answer(ans.value)
                 a[2] = 0 if k is None else k + 1
         else:
             raise ValueError(f"cannot encode {action!r}")

@@ -1,0 +1,161 @@
+"""``rods play``: play one episode by hand in the terminal.
+
+The task is shown as the agent sees it (the user's message and the tools with their
+parameters). Type one action per line:
+
+* chat mode: a tool call as JSON (``{"name": ..., "arguments": {...}}``, optionally inside
+  ``<tool_call>...</tool_call>``), the shorthand ``tool_name key=value ...`` (values are
+  converted to the parameter's JSON type; quote values with spaces), a question ending
+  with ``?``, or any other text as your reply to the user;
+* compact mode: a compact action (``call TOOL param $k ...``, ``ask``, ``reply``,
+  ``reply $k``), or the shorthand ``tool_name param=$k ...``.
+
+Meta commands: ``:tools`` (show the tools), ``:hint`` (the oracle's next action),
+``:help``, ``:quit``. After each action the observation, the reward and the progress are
+printed; the episode ends when the task is done, on your final reply, or at the step limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from typing import Any, Callable
+
+from ..env import ToolChainEnv
+from ..sampler import DIFFICULTIES
+from ..suite import Suite
+
+SPLITS = ("train", "dev", "test", "ood")
+MAX_INPUT_LINES = 2000  # bounds the loop even when meta commands never end the episode
+META_HELP = ":tools  show the tools   :hint  the oracle's next action   :help  this text   :quit  stop"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("play", help="play an episode by hand: type tool calls, see observations and rewards")
+    p.add_argument("--seed", type=int, default=0, help="episode seed (it picks the task)")
+    p.add_argument("--mode", choices=("chat", "compact"), default="chat", help="the view to play in")
+    p.add_argument("--difficulty", choices=sorted(DIFFICULTIES), default="easy", help="sampler preset")
+    p.add_argument("--split", choices=SPLITS, default=None, help="draw the task from a task set instead")
+    p.add_argument("--max-steps", type=int, default=None, help="step limit (default: from the task's size)")
+    p.set_defaults(func=run)
+
+
+def _coerce(text: str, schema: dict[str, Any] | None) -> Any:
+    """A typed value for ``key=value`` shorthand: the parameter's JSON type decides."""
+    jtype = (schema or {}).get("type")
+    try:
+        if jtype == "integer":
+            return int(text)
+        if jtype == "number":
+            return float(text) if any(c in text for c in ".eE") else int(text)
+        if jtype == "boolean" and text.lower() in ("true", "false"):
+            return text.lower() == "true"
+    except ValueError:
+        pass  # leave it a string: the environment reports the type error, as it would to an agent
+    return text
+
+
+def parse_shorthand(line: str, suite: Suite, mode: str) -> str | None:
+    """``tool key=value ...`` -> the mode's action text, or None when the line is not shorthand."""
+    try:
+        words = shlex.split(line)
+    except ValueError:  # unbalanced quotes: plain text
+        return None
+    if not words or words[0] not in suite.tools or not all("=" in w for w in words[1:]):
+        return None
+    tool = suite.tools[words[0]]
+    pairs = [w.split("=", 1) for w in words[1:]]
+    if mode == "compact":
+        return " ".join(["call", tool.name] + [x for k, v in pairs for x in (k, v)])
+    props = tool.parameters["properties"]
+    args = {k: _coerce(v, props.get(k)) for k, v in pairs}
+    return "<tool_call>" + json.dumps({"name": tool.name, "arguments": args}) + "</tool_call>"
+
+
+def describe_tools(env: ToolChainEnv) -> str:
+    """The tools the agent can call now, with typed parameters (* = required)."""
+    assert env.episode is not None
+    lines = []
+    for name in env.episode.available_tools():
+        tool = env.suite.tools[name]
+        params = ", ".join(f"{p.name}{'*' if p.required else ''}: {p.schema.get('type', 'any')}"
+                           + (f" {list(p.schema['enum'])}" if "enum" in p.schema else "")
+                           for p in tool.params)
+        lines.append(f"  {name}({params})  {tool.description}")
+    locked = sorted(env.episode.locked)
+    if locked:
+        lines.append(f"  (not enabled yet: {', '.join(locked)})")
+    return "\n".join(lines)
+
+
+def describe_slots(env: ToolChainEnv) -> str:
+    slots = getattr(env.renderer, "slots", None)
+    if slots is None or not len(slots):
+        return ""
+    return "slots   " + "  ".join(f"${k}={v!r}" for k, v in enumerate(slots.values))
+
+
+def play(env: ToolChainEnv, seed: int, read: Callable[[str], str] = input,
+         write: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run one hand-played episode; return a summary (return, progress, success, steps)."""
+    obs, info = env.reset(seed=seed)
+    task = env.task
+    assert task is not None and env.episode is not None
+    write(f"task {task.id}  ({len(task.calls)} required calls, {len(task.turns)} user turn(s), "
+          f"mode {env.mode}; type :help for help)")
+    write("tools\n" + describe_tools(env))
+    write(obs)
+    if env.mode == "compact":
+        write(describe_slots(env))
+    total, steps, done = 0.0, 0, False
+    tools_shown = env.episode.available_tools()
+    for _ in range(MAX_INPUT_LINES):
+        try:
+            line = read("> ").strip()
+        except EOFError:
+            break
+        if not line:
+            continue
+        if line in (":q", ":quit", ":exit"):
+            break
+        if line == ":help":
+            write(META_HELP)
+            continue
+        if line == ":tools":
+            write("tools\n" + describe_tools(env))
+            continue
+        if line == ":hint":
+            write(f"hint    {env.oracle_action()}")
+            continue
+        action = parse_shorthand(line, env.suite, env.mode) or line
+        obs, reward, terminated, truncated, info = env.step(action)
+        total += reward
+        steps += 1
+        write(obs)
+        if env.mode == "compact":
+            write(describe_slots(env))
+        write(f"reward {reward:+.3f} | progress {info['progress']:.2f} | error {info['error']}")
+        if env.episode.available_tools() != tools_shown and not (terminated or truncated):
+            tools_shown = env.episode.available_tools()
+            write("tools\n" + describe_tools(env))
+        if terminated or truncated:
+            done = True
+            break
+    ep = env.episode
+    summary = {"return": total, "progress": ep.progress, "success": ep.success, "steps": steps, "finished": done}
+    end = "episode over" if done else "stopped"
+    write(f"{end}: return {total:.3f} | progress {ep.progress:.2f} | success {'yes' if ep.success else 'no'} "
+          f"| {steps} steps")
+    return summary
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        env = ToolChainEnv(mode=args.mode, difficulty=args.difficulty, task_set=args.split, max_steps=args.max_steps)
+    except FileNotFoundError as exc:  # a task set that was not built
+        print(f"rods play: {exc}", file=sys.stderr)
+        return 2
+    play(env, args.seed)
+    return 0

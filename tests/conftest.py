@@ -1,0 +1,178 @@
+"""Shared fixtures: the built-in suite, a small extra domain written as data, and helpers
+to snapshot an episode's world so tests can prove a rejected call changed nothing."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+import rods_gym
+from rods_gym import SamplerConfig, Suite, TaskSampler, TaskSpec, default_suite
+
+# A small lending-library domain, declared purely as data. Tests write it (or broken copies
+# of it) into a temporary directory: adding a domain must need no code change.
+LIBRARY_DOMAIN: dict[str, Any] = {
+    "name": "library",
+    "description": "A lending library: members and the books they borrow.",
+    "types": {
+        "patron_id": {"schema": {"type": "string", "pattern": "^PTN-[0-9]{4,}$"}, "role": "id"},
+        "loan_id": {"schema": {"type": "string", "pattern": "^LON-[0-9]{4,}$"}, "role": "id"},
+        "loan_status": {"schema": {"type": "string", "enum": ["out", "returned", "lost"]}, "role": "category"},
+    },
+    "entities": {
+        "member": {
+            "role": "person", "count": 10, "id": "patron_id", "id_prefix": "PTN",
+            "fields": {
+                "name": {"type": "person_name", "faker": "name", "unique": True},
+                "email": {"type": "email", "faker": "email", "unique": True},
+                "city": {"type": "city", "faker": "city"},
+            },
+        },
+        "loan": {
+            "role": "record", "count": 25, "id": "loan_id", "id_prefix": "LON",
+            "fields": {
+                "patron_id": {"type": "patron_id", "ref": "member"},
+                "book_title": {"type": "title", "faker": "catch_phrase"},
+                "isbn": {"type": "text", "faker": "isbn13"},
+                "due": {"type": "date", "dates": ["2026-02-01", "2026-06-30"]},
+                "status": {"type": "loan_status", "choice": ["out", "out", "returned", "lost"]},
+                "fee": {"type": "money", "uniform": [0, 40]},
+            },
+        },
+    },
+    "tools": [
+        {"name": "find_library_member", "kind": "lookup", "entity": "member",
+         "description": "Find a library member by email and return the member ID.",
+         "phrase": "find the library member with email {email}",
+         "parameters": {"type": "object", "properties": {"email": {"description": "the member's email"}},
+                        "required": ["email"]},
+         "returns": ["patron_id"]},
+        {"name": "get_library_member", "kind": "read", "entity": "member",
+         "description": "Get a library member's name, email and city.",
+         "phrase": "look up library member {patron_id}",
+         "parameters": {"type": "object", "properties": {"patron_id": {"description": "the member ID"}},
+                        "required": ["patron_id"]},
+         "returns": ["name", "email", "city"]},
+        {"name": "list_member_loans", "kind": "search", "entity": "loan",
+         "description": "List a member's loans, optionally only those with a status.",
+         "phrase": "list the loans of library member {patron_id}",
+         "parameters": {"type": "object", "properties": {
+             "patron_id": {"description": "the member ID"},
+             "status": {"description": "only loans with this status"}}, "required": ["patron_id"]},
+         "returns": ["loan_id", "book_title", "due"]},
+        {"name": "get_loan", "kind": "read", "entity": "loan",
+         "description": "Get a loan's book title, due date, status and fee.",
+         "phrase": "look up loan {loan_id}",
+         "parameters": {"type": "object", "properties": {"loan_id": {"description": "the loan ID"}},
+                        "required": ["loan_id"]},
+         "returns": ["patron_id", "book_title", "due", "status", "fee"]},
+        {"name": "extend_loan", "kind": "update", "entity": "loan",
+         "description": "Move a loan's due date.", "phrase": "move the due date of loan {loan_id} to {due}",
+         "parameters": {"type": "object", "properties": {
+             "loan_id": {"description": "the loan ID"}, "due": {"description": "the new due date"}},
+             "required": ["loan_id", "due"]},
+         "precondition": {"status": ["out"]},
+         "returns": ["due"]},
+        {"name": "return_book", "kind": "delete", "entity": "loan",
+         "description": "Mark a loan as returned.", "phrase": "mark loan {loan_id} as returned",
+         "parameters": {"type": "object", "properties": {"loan_id": {"description": "the loan ID"}},
+                        "required": ["loan_id"]},
+         "precondition": {"status": ["out"]}, "effect": {"status": "returned"}, "returns": ["status"]},
+        {"name": "count_member_loans", "kind": "aggregate", "entity": "loan",
+         "description": "Count a member's loans.", "phrase": "count the loans of library member {patron_id}",
+         "parameters": {"type": "object", "properties": {"patron_id": {"description": "the member ID"}},
+                        "required": ["patron_id"]},
+         "op": "count", "output": {"name": "loan_count", "type": "count"}},
+        {"name": "open_loan", "kind": "create", "entity": "loan",
+         "description": "Lend a book to a member; returns the new loan ID.",
+         "phrase": "lend the book {book_title} to library member {patron_id}",
+         "parameters": {"type": "object", "properties": {
+             "patron_id": {"description": "the member ID"}, "book_title": {"description": "the book's title"}},
+             "required": ["patron_id", "book_title"]},
+         "defaults": {"status": "out"}, "returns": ["due"]},
+    ],
+}
+LIBRARY_TOOLS = tuple(t["name"] for t in LIBRARY_DOMAIN["tools"])
+
+
+@pytest.fixture(scope="session")
+def suite() -> Suite:
+    return default_suite()
+
+
+@pytest.fixture
+def library_domain() -> dict[str, Any]:
+    """A fresh deep copy of the library domain, safe to break."""
+    return copy.deepcopy(LIBRARY_DOMAIN)
+
+
+@pytest.fixture
+def write_domain(tmp_path: Path) -> Callable[..., Path]:
+    """``write_domain(raw, name="library.json", subdir="extra")`` -> path of the written file."""
+
+    def write(raw: Any, name: str = "library.json", subdir: str = "extra") -> Path:
+        d = tmp_path / subdir
+        d.mkdir(parents=True, exist_ok=True)
+        path = d / name
+        path.write_text(raw if isinstance(raw, str) else json.dumps(raw, indent=1))
+        return path
+
+    return write
+
+
+@pytest.fixture(scope="session")
+def library_suite(tmp_path_factory: pytest.TempPathFactory) -> Suite:
+    """The built-in suite plus the library domain loaded from a temporary directory."""
+    d = tmp_path_factory.mktemp("library")
+    (d / "library.json").write_text(json.dumps(LIBRARY_DOMAIN))
+    return Suite.load(extra_dirs=[d])
+
+
+#: sampler configs covering every knob; the task pool below draws from each
+POOL_CONFIGS: dict[str, tuple[SamplerConfig, int]] = {
+    "easy": (rods_gym.DIFFICULTIES["easy"], 400),
+    "medium": (rods_gym.DIFFICULTIES["medium"], 500),
+    "hard": (rods_gym.DIFFICULTIES["hard"], 300),
+    "all_knobs": (SamplerConfig(depth=(1, 4), extra_calls=(0, 2), user_turns=(2, 3), missing_param=1.0,
+                                missing_tool=1.0, distractors=(2, 4), cross_domain=1.0, answer=1.0), 300),
+}
+
+
+@pytest.fixture(scope="session")
+def task_pool(suite: Suite) -> dict[str, list[TaskSpec]]:
+    """1500 sampled tasks across difficulties and knobs (sampled once per test session)."""
+    return {name: TaskSampler(suite, cfg, seed=100 + i).sample_many(n)
+            for i, (name, (cfg, n)) in enumerate(POOL_CONFIGS.items())}
+
+
+@pytest.fixture(scope="session")
+def easy_tasks(suite: Suite) -> list[TaskSpec]:
+    return TaskSampler(suite, rods_gym.DIFFICULTIES["easy"], seed=11).sample_many(40)
+
+
+def world_snapshot(state: Any) -> dict[str, Any]:
+    """Everything an episode can change: the overlay of written records and the id counters.
+
+    Records are deep-copied, so a later in-place mutation of a stored record would show up."""
+    return {"changed": state.changed, "overlay": copy.deepcopy(state._overlay), "created": dict(state._created)}
+
+
+def entity_records(state: Any, entity: str) -> list[dict[str, Any]]:
+    """A deep copy of every current record of an entity (base + overlay)."""
+    return copy.deepcopy(list(state.records(entity)))
+
+
+def run_oracle(env: Any, limit: int = 200) -> tuple[float, dict[str, Any], bool, bool]:
+    """Step the oracle to the end; return (sum of rewards, last info, terminated, truncated)."""
+    base = env.unwrapped
+    total, info, term, trunc = 0.0, {}, False, False
+    for _ in range(limit):
+        _, r, term, trunc, info = env.step(base.oracle_action())
+        total += float(r)
+        if term or trunc:
+            break
+    return total, info, term, trunc

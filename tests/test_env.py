@@ -1,0 +1,266 @@
+"""ToolChainEnv as a Gymnasium environment: checkers, registration, vectorization, reward,
+info, truncation and rendering."""
+
+from __future__ import annotations
+
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import rods_gym
+from rods_gym import RewardConfig, SamplerConfig, ToolChainEnv
+from rods_gym.episode import ERROR_CLASSES
+
+from conftest import run_oracle
+
+MODES = ("chat", "compact", "structured")
+INFO_KEYS = {"progress", "success", "error", "turn", "step", "task_id", "signature"}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("difficulty", ["Easy", "Hard"])
+def test_gymnasium_check_env(mode: str, difficulty: str) -> None:
+    env = gym.make(f"rods/ToolChain-{difficulty}-{mode.capitalize()}-v0")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_env(env.unwrapped)  # also renders in every render mode
+    assert [str(w.message) for w in caught] == []
+
+
+def test_sb3_check_env_structured() -> None:
+    from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+    env = ToolChainEnv(mode="structured", difficulty="medium")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sb3_check_env(env, warn=True)
+    assert [str(w.message) for w in caught] == []
+
+
+CORE_IDS = ["rods/ToolChain-v0"] + [
+    f"rods/ToolChain-{v}-v0" for v in ["Easy", "Medium", "Hard", "Chat", "Compact", "Structured"]
+    + [f"{d}-{m}" for d in ("Easy", "Medium", "Hard") for m in ("Chat", "Compact", "Structured")]]
+
+
+def test_registration() -> None:
+    ids = rods_gym.ENV_IDS
+    assert len(ids) == len(set(ids))
+    assert len(CORE_IDS) == 16 and set(CORE_IDS) <= set(ids)
+    for env_id in ids:  # every registered id (core and variants) makes and resets
+        assert env_id in gym.registry
+        env = gym.make(env_id)
+        obs, info = env.reset(seed=0)
+        assert obs in env.observation_space and INFO_KEYS <= set(info)
+        env.close()
+    for env_id in CORE_IDS:
+        env = gym.make(env_id)
+        base = env.unwrapped
+        assert isinstance(base, ToolChainEnv)
+        name = env_id.split("/")[1]
+        mode = next((m for m in MODES if m.capitalize() in name), "chat")
+        assert base.mode == mode
+        difficulty = next((d for d in ("easy", "medium", "hard") if d.capitalize() in name), "medium")
+        assert base.sampler.config == rods_gym.DIFFICULTIES[difficulty]
+        obs, info = env.reset(seed=0)
+        assert obs in env.observation_space and INFO_KEYS <= set(info)
+        env.close()
+    # constructor arguments still pass through gym.make
+    env = gym.make("rods/ToolChain-v0", mode="structured", max_steps=5)
+    assert env.unwrapped.mode == "structured" and env.unwrapped.max_steps == 5
+
+
+@pytest.mark.parametrize("vectorization_mode", ["sync", "async"])
+@pytest.mark.parametrize("env_id", ["rods/ToolChain-Easy-Structured-v0", "rods/ToolChain-v0"])
+def test_make_vec(vectorization_mode: str, env_id: str) -> None:
+    envs = gym.make_vec(env_id, num_envs=2, vectorization_mode=vectorization_mode)
+    try:
+        obs, info = envs.reset(seed=[1, 2])
+        assert obs in envs.observation_space
+        assert len(set(info["task_id"])) == 2  # different seeds, different tasks
+        envs.action_space.seed(0)
+        ends = 0
+        for _ in range(25):
+            obs, reward, term, trunc, info = envs.step(envs.action_space.sample())
+            assert obs in envs.observation_space
+            assert reward.shape == (2,) and np.all(np.isfinite(reward))
+            assert set(info["error"]) <= set(ERROR_CLASSES)
+            ends += int(term.sum() + trunc.sum())
+        assert ends >= 1  # episodes end and auto-reset
+    finally:
+        envs.close()
+
+
+def test_sync_vector_env_with_oracle_actions() -> None:
+    """Drive a SyncVectorEnv with each sub-env's oracle: every finished episode returns 1."""
+    envs = gym.make_vec("rods/ToolChain-Medium-Structured-v0", num_envs=2, vectorization_mode="sync")
+    envs.reset(seed=[5, 6])
+    returns, running = [], np.zeros(2)
+    done = np.zeros(2, bool)
+    for _ in range(150):
+        actions = np.stack([envs.action_space.sample()[i] if done[i] else e.unwrapped.oracle_action()
+                            for i, e in enumerate(envs.envs)])
+        _, reward, term, trunc, _ = envs.step(actions)
+        running += np.where(done, 0.0, reward)  # the step after an end is the auto-reset
+        finished = (term | trunc) & ~done
+        returns += [float(r) for r in running[finished]]
+        assert not np.any(trunc & ~done)
+        running[finished] = 0.0
+        done = term | trunc
+    envs.close()
+    assert len(returns) >= 6
+    assert returns == pytest.approx([1.0] * len(returns))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_return_equals_final_progress(mode: str, easy_tasks) -> None:
+    """Partial episodes: the sum of rewards equals the progress reached (dense Phi differences)."""
+    env = ToolChainEnv(mode=mode, task_set=easy_tasks)
+    rng = np.random.default_rng(0)
+    seen = set()
+    for task in easy_tasks[:25]:
+        env.reset(options={"task": task})
+        n_oracle = int(rng.integers(0, len(task.calls) + 1))
+        total, info = 0.0, {}
+        for _ in range(n_oracle):  # some correct steps ...
+            _, r, term, trunc, info = env.step(env.oracle_action())
+            total += r
+            if term or trunc:
+                break
+        else:  # ... then give up with a final reply
+            while not env.episode.done:
+                action = env.encode(rods_gym.Reply("I am done."))
+                _, r, term, trunc, info = env.step(action)
+                total += r
+        assert total == pytest.approx(info["progress"], abs=1e-9)
+        assert 0.0 <= total <= 1.0
+        seen.add(round(total, 3))
+    assert len(seen) >= 3  # zero, partial and full progress all occur
+
+
+def test_error_penalties_and_success_bonus(easy_tasks) -> None:
+    task = easy_tasks[0]
+    cfg = RewardConfig(error_penalty={"malformed": 0.25, "unknown_tool": 0.1}, success_bonus=0.5)
+    env = ToolChainEnv(mode="chat", task_set=[task], reward=cfg)
+    env.reset(options={"task": task})
+    _, r1, *_ , i1 = env.step("<tool_call>{oops</tool_call>")
+    _, r2, *_ , i2 = env.step('{"name": "no_such_tool", "arguments": {}}')
+    _, r3, *_ , i3 = env.step("Could you wait a moment?")
+    assert (i1["error"], i2["error"], i3["error"]) == ("malformed", "unknown_tool", "none")
+    assert (r1, r2, r3) == (pytest.approx(-0.25), pytest.approx(-0.1), 0.0)
+    ret, info, term, _ = run_oracle(env)
+    assert term and info["success"]
+    assert ret == pytest.approx(1.5)  # progress 1 plus the bonus
+    with pytest.raises(ValueError, match="unknown error class"):
+        RewardConfig(error_penalty={"typo": 1.0})
+    with pytest.raises(ValueError, match=">= 0"):
+        RewardConfig(error_penalty={"malformed": -1.0})
+
+
+def test_default_reward_has_no_shaping(easy_tasks) -> None:
+    env = ToolChainEnv(mode="chat", task_set=easy_tasks[:1])
+    env.reset(options={"task": easy_tasks[0]})
+    _, r, *_ = env.step("not a tool call but not a question either {")
+    assert r == 0.0
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_info_fields(mode: str, easy_tasks) -> None:
+    env = ToolChainEnv(mode=mode, task_set=easy_tasks)
+    _, info = env.reset(seed=3)
+    assert INFO_KEYS <= set(info)
+    assert info["progress"] == 0.0 and info["success"] is False and info["error"] == "none"
+    assert info["turn"] == 0 and info["step"] == 0 and info["task_id"] == env.task.id
+    assert info["signature"] == rods_gym.compute_signature(env.task, env.suite).wl_hash
+    if mode == "chat":
+        assert info["new_messages"] == [{"role": "user", "content": env.task.turns[0].message}]
+        assert env.messages[0]["role"] == "system" and env.messages[1] == info["new_messages"][0]
+        assert [t["function"]["name"] for t in env.tools] == list(env.task.tools)
+    _, _, _, _, info = env.step(env.oracle_action())
+    assert INFO_KEYS <= set(info) and info["step"] == 1 and info["error"] == "none"
+    if mode == "chat":
+        assert info["new_messages"][0]["role"] == "tool"
+        assert env.messages[-1] == info["new_messages"][-1]
+
+
+def test_truncation_at_max_steps(easy_tasks) -> None:
+    env = ToolChainEnv(mode="compact", task_set=easy_tasks, max_steps=3)
+    env.reset(seed=0)
+    flags = [env.step("ask")[2:4] for _ in range(3)]
+    assert flags == [(False, False), (False, False), (False, True)]
+    _, r, term, trunc, info = env.step("ask")  # acting after the end
+    assert info["error"] == "episode_over" and term and not trunc and r == 0.0
+    # the default limit scales with the task
+    env = ToolChainEnv(mode="chat", task_set=easy_tasks)
+    env.reset(options={"task": easy_tasks[0]})
+    t = easy_tasks[0]
+    assert env.episode.max_steps == 8 + 3 * len(t.calls) + 2 * len(t.turns)
+
+
+def test_reset_seeding_and_options(easy_tasks, suite) -> None:
+    env = ToolChainEnv(mode="chat", difficulty="medium")
+    ids = [env.reset(seed=s)[1]["task_id"] for s in (4, 4, 5)]
+    assert ids[0] == ids[1] != ids[2]
+    task = easy_tasks[2]
+    assert env.reset(options={"task": task})[1]["task_id"] == task.id
+    assert env.reset(options={"task": task.to_dict()})[1]["task_id"] == task.id
+    env2 = ToolChainEnv(mode="chat", task_set=easy_tasks)
+    assert env2.reset(options={"task": task.id})[1]["task_id"] == task.id
+    with pytest.raises(KeyError, match="no task with id"):
+        env2.reset(options={"task": "nope"})
+    with pytest.raises(ValueError, match="unknown reset options"):
+        env2.reset(options={"tsk": task})
+    dev = rods_gym.load_split("dev")
+    _, info = env.reset(seed=1, options={"split": "dev"})
+    assert info["task_id"] in {t.id for t in dev}
+    with pytest.raises(ValueError, match="unknown mode"):
+        ToolChainEnv(mode="pixels")
+    with pytest.raises(ValueError, match="unknown difficulty"):
+        ToolChainEnv(difficulty="brutal")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_render_ansi_and_human(mode: str, easy_tasks, capsys) -> None:
+    env = ToolChainEnv(mode=mode, task_set=easy_tasks, render_mode="ansi")
+    assert env.render() is None  # nothing to show before reset
+    env.reset(options={"task": easy_tasks[0]})
+    env.step(env.oracle_action())
+    text = env.render()
+    assert isinstance(text, str) and text
+    if mode != "compact":
+        assert easy_tasks[0].turns[0].message in text
+    assert easy_tasks[0].calls[0].tool in text
+    human = ToolChainEnv(mode=mode, task_set=easy_tasks, render_mode="human")
+    human.reset(options={"task": easy_tasks[0]})
+    human.step(human.oracle_action())
+    capsys.readouterr()
+    assert human.render() is None  # human mode prints instead of returning
+    assert capsys.readouterr().out == text + "\n"
+
+
+def test_structured_action_masks(easy_tasks, suite) -> None:
+    env = ToolChainEnv(mode="structured", task_set=easy_tasks)
+    obs, _ = env.reset(options={"task": easy_tasks[0]})
+    masks = env.action_masks()
+    nvec = env.action_space.nvec
+    assert masks.dtype == bool and masks.shape == (int(nvec.sum()),)
+    tool_mask = masks[3 : 3 + nvec[1]]
+    assert {suite.tool_names[i] for i in np.flatnonzero(tool_mask)} == set(easy_tasks[0].tools)
+    assert np.array_equal(tool_mask.astype(np.int8), obs["available"])
+    with pytest.raises(AttributeError):
+        ToolChainEnv(mode="chat").action_masks()
+
+
+def test_custom_sampler_config_and_suite(library_suite) -> None:
+    from conftest import LIBRARY_TOOLS
+
+    env = ToolChainEnv(mode="structured", suite=library_suite,
+                       sampler_config=SamplerConfig(tools=LIBRARY_TOOLS, depth=(2, 2)))
+    assert env.action_space.nvec[1] == len(library_suite.tools)
+    for seed in range(5):
+        env.reset(seed=seed)
+        assert set(env.task.tools) <= set(LIBRARY_TOOLS)
+        ret, info, term, _ = run_oracle(env)
+        assert term and ret == pytest.approx(1.0)

@@ -1,0 +1,117 @@
+"""``rods play``: a human plays an episode in the terminal (stdin is fed by the test)."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+
+import pytest
+
+from rods_gym import ToolChainEnv
+from rods_gym.cli import main
+from rods_gym.commands.play import parse_shorthand
+
+REWARD_LINE = re.compile(r"^reward ([+-]\d+\.\d{3}) \| progress (\d\.\d\d) \| error (\w+)$", re.M)
+
+
+def _oracle_lines(mode: str, difficulty: str, seed: int, split: str | None = None) -> tuple[list[str], object]:
+    """The oracle's actions for the episode ``rods play`` will start, as typed lines."""
+    env = ToolChainEnv(mode=mode, difficulty=difficulty, task_set=split)
+    env.reset(seed=seed)
+    lines = []
+    for _ in range(100):
+        action = env.oracle_action()
+        lines.append(action)
+        _, _, term, trunc, _ = env.step(action)
+        if term or trunc:
+            break
+    return lines, env.task
+
+
+def _play(monkeypatch, capsys, argv: list[str], lines: list[str]) -> str:
+    monkeypatch.setattr("sys.stdin", io.StringIO("".join(line + "\n" for line in lines)))
+    assert main(["play", *argv]) == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("mode, difficulty, seed, split", [
+    ("chat", "easy", 3, None), ("chat", "hard", 3, None), ("compact", "medium", 3, None), ("chat", "easy", 5, "dev"),
+])
+def test_play_oracle_lines_solve_the_task(monkeypatch, capsys, mode, difficulty, seed, split) -> None:
+    lines, task = _oracle_lines(mode, difficulty, seed, split)
+    argv = ["--seed", str(seed), "--mode", mode, "--difficulty", difficulty] + (["--split", split] if split else [])
+    out = _play(monkeypatch, capsys, argv, lines)
+    assert f"task {task.id}" in out
+    assert task.turns[0].message in out or mode == "compact"
+    for tool in task.tools:
+        if not any(tool in t.locked for t in task.turns[:1]):
+            assert f"  {tool}(" in out  # tools are listed with their parameters
+    rewards = REWARD_LINE.findall(out)
+    assert len(rewards) == len(lines)
+    assert sum(float(r) for r, _, _ in rewards) == pytest.approx(1.0, abs=2e-3)
+    assert rewards[-1][1] == "1.00"
+    progress = [float(p) for _, p, _ in rewards]
+    assert progress == sorted(progress)  # the oracle never loses progress
+    assert all(err == "none" for _, _, err in rewards)
+    assert "episode over: return 1.000 | progress 1.00 | success yes" in out
+
+
+def test_play_shorthand_errors_and_meta_commands(monkeypatch, capsys) -> None:
+    lines, task = _oracle_lines("chat", "easy", 3)
+    first = task.calls[0]
+    env = ToolChainEnv(mode="chat", difficulty="easy")
+    env.reset(seed=3)
+    other = next(t for t in env.suite.tools if t not in task.tools)
+    typed = [
+        ":help",
+        ":tools",
+        ":hint",
+        "{not json",                                   # malformed tool call
+        f"{other} x=1",                                 # a tool not offered in this task
+        f"{first.tool} bogus=1",                        # shorthand with a wrong argument
+        f"{first.tool} " + " ".join(f"{k}={json.dumps(v) if not isinstance(v, str) else v!r}"
+                                     for k, v in first.args.items()),  # the right first call, shorthand
+        ":quit",
+    ]
+    out = _play(monkeypatch, capsys, ["--seed", "3"], typed)
+    assert ":tools  show the tools" in out
+    assert f"hint    {lines[0]}" in out
+    rewards = REWARD_LINE.findall(out)
+    assert [e for _, _, e in rewards] == ["malformed", "unavailable_tool", "invalid_arguments", "none"]
+    assert "is missing required argument(s)" in out
+    bound = task.bound(first.id)
+    expected = 1 / (len(task.calls) + (task.answer is not None)) if not bound else 0.0
+    assert float(rewards[-1][0]) == pytest.approx(expected, abs=1e-3)
+    assert "stopped: return" in out and "success no" in out
+
+
+def test_play_ends_at_eof_and_reports(monkeypatch, capsys) -> None:
+    out = _play(monkeypatch, capsys, ["--seed", "1", "--mode", "compact"], ["ask", "bogus words"])
+    rewards = REWARD_LINE.findall(out)
+    assert [e for _, _, e in rewards] == ["none", "malformed"]
+    assert "slots   $0=" in out  # compact mode shows what each value slot holds
+    assert "stopped: return 0.000 | progress 0.00" in out
+
+
+def test_parse_shorthand_types(suite) -> None:
+    call = parse_shorthand('transfer_funds from_account_id=ACC-1 to_account_id=ACC-2 amount=12.5', suite, "chat")
+    assert call is not None
+    body = json.loads(call[len("<tool_call>"):-len("</tool_call>")])
+    assert body == {"name": "transfer_funds",
+                    "arguments": {"from_account_id": "ACC-1", "to_account_id": "ACC-2", "amount": 12.5}}
+    quoted = parse_shorthand("send_email to=a@b.co subject='two words' body=hi", suite, "chat")
+    assert quoted is not None and '"subject": "two words"' in quoted
+    assert parse_shorthand("get_order order_id=$3", suite, "compact") == "call get_order order_id $3"
+    assert parse_shorthand("thanks, that is all", suite, "chat") is None
+    assert parse_shorthand("get_order is done", suite, "chat") is None  # not key=value pairs
+    assert parse_shorthand("I can't do 'that", suite, "chat") is None  # unbalanced quote: plain text
+
+
+def test_play_missing_split_is_reported(monkeypatch, capsys, tmp_path) -> None:
+    import rods_gym.envs as envs
+
+    monkeypatch.setattr(envs, "TASKSETS_DIR", tmp_path)
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    assert main(["play", "--split", "dev"]) == 2
+    assert "not found" in capsys.readouterr().err

@@ -1,0 +1,78 @@
+"""The checked-in task sets: sizes, stratification, disjointness, OOD hold-out, solvability, reproducibility."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from rods_gym import compute_signature, default_suite, load_split
+from rods_gym.envs import TASKSETS_DIR
+from rods_gym.envs.build_tasksets import SPLITS, binding_key, build_split, held_out_tools, quotas
+
+
+@pytest.fixture(scope="module")
+def splits():
+    return {s: load_split(s) for s in ("train", "dev", "test", "ood")}
+
+
+def test_sizes_and_unique_ids(splits):
+    assert {k: len(v) for k, v in splits.items()} == {"train": 400, "dev": 100, "test": 400, "ood": 200}
+    ids = [t.id for ts in splits.values() for t in ts]
+    assert len(ids) == len(set(ids))
+
+
+def test_stratified_over_depth_and_turn_types(splits):
+    for name, tasks in splits.items():
+        depth = Counter(compute_signature(t, default_suite()).depth for t in tasks)
+        assert set(depth) == {1, 2, 3, 4, 5}, name
+        assert max(depth.values()) - min(depth.values()) <= 1, (name, depth)
+        kinds = Counter(k for t in tasks for turn in t.turn_types() for k in turn)
+        for k in ("plain", "missing_param", "missing_tool", "answer"):
+            assert kinds[k] > 0, (name, k)
+        assert any(len(t.turns) > 1 for t in tasks), name
+
+
+def test_splits_disjoint_by_signature_and_bindings(splits):
+    suite = default_suite()
+    seen: dict[tuple[str, str], str] = {}
+    for name, tasks in splits.items():
+        for t in tasks:
+            key = binding_key(t, suite)
+            assert key not in seen, f"{t.id} repeats a task of {seen[key]}"
+            seen[key] = name
+
+
+def test_ood_tools_never_in_train_dev_test(splits):
+    held = set(json.loads((TASKSETS_DIR / "held_out_tools.json").read_text()))
+    assert held == set(held_out_tools(default_suite()))
+    for name in ("train", "dev", "test"):
+        used = {c.tool for t in splits[name] for c in t.calls} | {d for t in splits[name] for d in t.distractors}
+        assert not used & held, (name, used & held)
+    assert all(any(c.tool in held for c in t.calls) for t in splits["ood"])
+
+
+def test_every_task_solvable_by_the_oracle(splits):
+    import rods_gym
+
+    env = rods_gym.ToolChainEnv(mode="chat")
+    for tasks in splits.values():
+        for t in tasks:
+            env.reset(options={"task": t})
+            ret, info = rods_gym.solve(env)
+            assert info["success"] and abs(ret - 1.0) < 1e-9, t.id
+
+
+def test_quotas_sum_to_size():
+    for n in (1, 7, 100, 400):
+        assert sum(c for _, _, c in quotas(n)) == n
+
+
+def test_build_is_reproducible(splits):
+    """Rebuilding a split from its spec gives exactly the checked-in file (dev: the smallest)."""
+    suite = default_suite()
+    taken = {binding_key(t, suite) for name in ("test",) for t in splits[name]}
+    spec = next(s for s in SPLITS if s.name == "dev")
+    rebuilt = build_split(spec, suite, held_out_tools(suite), taken)
+    assert [t.to_json() for t in rebuilt] == [t.to_json() for t in splits["dev"]]
