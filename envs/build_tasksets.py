@@ -24,7 +24,7 @@ import numpy as np
 
 from rods_gym.env import ToolChainEnv
 from rods_gym.oracle import solve
-from rods_gym.sampler import SamplerConfig, TaskSampler
+from rods_gym.sampler import SamplerConfig, SamplingError, TaskSampler
 from rods_gym.signature import compute_signature
 from rods_gym.suite import Suite, default_suite
 from rods_gym.task import TaskSpec, write_jsonl
@@ -111,8 +111,11 @@ def build_split(spec: SplitSpec, suite: Suite, held: Sequence[str], taken: set[t
         while got < count:
             if index >= count * max_tries_per_task:
                 raise RuntimeError(f"{spec.name}: could not fill depth {depth} / {stratum} ({got}/{count})")
-            task = sampler.sample(index)
             index += 1
+            try:
+                task = sampler.sample(index - 1)
+            except SamplingError:  # this draw's knobs could not be met; the next index can
+                continue
             if spec.name == "ood" and not any(c.tool in held for c in task.calls):
                 continue
             if task.meta["knobs"]["depth"] != depth:

@@ -15,6 +15,8 @@ CORE_COMMANDS = (
     "rods_gym.commands.graph",
     "rods_gym.commands.play",
     "rods_gym.commands.tasksets",
+    "rods_gym.commands.skills",
+    "rods_gym.commands.synth",
 )
 
 

@@ -4,6 +4,10 @@
 and/or a view: ``rods/ToolChain-{Easy,Medium,Hard}-v0``, ``rods/ToolChain-{Chat,Compact,Structured}-v0``
 and ``rods/ToolChain-{Easy,Medium,Hard}-{Chat,Compact,Structured}-v0``. Any constructor
 argument of :class:`rods_gym.env.ToolChainEnv` can still be passed to ``gym.make``.
+
+The environment-augmentation baseline (:mod:`rods_gym.augment`) is registered as
+``rods/ToolChain-Aug-v0`` (chat, medium) and ``rods/ToolChain-Aug-{Chat,Compact,Structured}-v0``;
+pass ``augment=AugmentConfig(...)`` (or a dict of its fields) to ``gym.make`` to set intensities.
 """
 
 from __future__ import annotations
@@ -11,13 +15,14 @@ from __future__ import annotations
 import gymnasium as gym
 
 ENTRY_POINT = "rods_gym.env:ToolChainEnv"
+AUG_ENTRY_POINT = "rods_gym.augment:make_augmented_env"
 DIFFICULTY_NAMES = {"Easy": "easy", "Medium": "medium", "Hard": "hard"}
 MODE_NAMES = {"Chat": "chat", "Compact": "compact", "Structured": "structured"}
 
 
-def _register(env_id: str, **kwargs: str) -> None:
+def _register(env_id: str, entry_point: str = ENTRY_POINT, **kwargs: str) -> None:
     if env_id not in gym.registry:
-        gym.register(id=env_id, entry_point=ENTRY_POINT, kwargs=kwargs, disable_env_checker=False)
+        gym.register(id=env_id, entry_point=entry_point, kwargs=kwargs, disable_env_checker=False)
 
 
 def register_envs() -> list[str]:
@@ -32,4 +37,9 @@ def register_envs() -> list[str]:
         for dname, difficulty in DIFFICULTY_NAMES.items():
             ids.append(f"rods/ToolChain-{dname}-{mname}-v0")
             _register(ids[-1], mode=mode, difficulty=difficulty)
+    ids.append("rods/ToolChain-Aug-v0")
+    _register(ids[-1], AUG_ENTRY_POINT, mode="chat", difficulty="medium")
+    for mname, mode in MODE_NAMES.items():
+        ids.append(f"rods/ToolChain-Aug-{mname}-v0")
+        _register(ids[-1], AUG_ENTRY_POINT, mode=mode, difficulty="medium")
     return ids

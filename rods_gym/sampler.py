@@ -20,8 +20,9 @@ every valid order of the agent's calls gives the same outcome.
 from __future__ import annotations
 
 import json
+from collections import Counter, OrderedDict
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Collection, Iterator, Mapping, Sequence
 
 import networkx as nx
 import numpy as np
@@ -34,6 +35,7 @@ from .task import Answer, Call, Dep, TaskSpec, Turn, format_value
 from .world import WorldState, generate_value
 
 Range = tuple[int, int]
+INDEX_CACHE = 2048  # (world, entity, field) value indexes kept by an Instantiator
 
 
 @dataclass(frozen=True)
@@ -88,15 +90,19 @@ class SamplingError(RuntimeError):
 
 
 @dataclass
-class _Node:
+class DraftNode:
+    """One call of a drafted task: its tool, its turn and (once instantiated) its arguments."""
+
     tool: str
     turn: int
     args: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class _Draft:
-    nodes: list[_Node] = field(default_factory=list)
+class Draft:
+    """A task's call DAG before values: nodes and ``(src, dst, param, out field)`` dependencies."""
+
+    nodes: list[DraftNode] = field(default_factory=list)
     deps: list[tuple[int, int, str, str]] = field(default_factory=list)  # src, dst, param, out field
 
     def bound(self, i: int) -> dict[str, tuple[int, str]]:
@@ -131,6 +137,7 @@ class TaskSampler:
                     self.consumers.setdefault(p.type, []).append((t, p.name))
         self.param_types = {t: {p.type for p in suite.tools[t].params} for t in self.allowed}
         self.answerable = [t for t in self.allowed if suite.tools[t].kind in ("read", "lookup", "aggregate")]
+        self.values = Instantiator(suite)
         if not self.allowed:
             raise ValueError("no tools left to sample from")
 
@@ -144,11 +151,14 @@ class TaskSampler:
             task = self._attempt(rng, index, relax=attempt >= cfg.max_attempts // 2)
             if task is not None:
                 return task
-        # bounded fallback: a single read call always instantiates
-        task = self._attempt(rng, index, relax=True, fallback=True)
-        if task is None:
-            raise SamplingError(f"could not sample task {index} with seed {self.seed} and {cfg}")
-        return task
+        # bounded fallback, still inside every range of the config: no extra calls, no
+        # cross-domain requirement, the fewest user turns, the shallowest depth last
+        for attempt in range(cfg.max_attempts):
+            task = self._attempt(rng, index, relax=True, simple=True, shallow=attempt >= cfg.max_attempts // 2)
+            if task is not None:
+                return task
+        raise SamplingError(f"could not sample task {index} with seed {self.seed} and {cfg} "
+                            f"in {2 * cfg.max_attempts} attempts; widen the knobs or allow more tools")
 
     def __iter__(self) -> Iterator[TaskSpec]:
         i = 0
@@ -163,20 +173,22 @@ class TaskSampler:
     def _rint(self, rng: np.random.Generator, r: Range) -> int:
         return int(rng.integers(r[0], r[1] + 1))
 
-    def _attempt(self, rng: np.random.Generator, index: int, relax: bool, fallback: bool = False) -> TaskSpec | None:
+    def _attempt(self, rng: np.random.Generator, index: int, relax: bool, simple: bool = False,
+                 shallow: bool = False) -> TaskSpec | None:
         cfg = self.config
-        if fallback:
-            depth, n_turns, extra = 1, 1, 0
+        if simple:
+            depth = cfg.depth[0] if shallow else self._rint(rng, cfg.depth)
+            n_turns, extra = cfg.user_turns[0], cfg.extra_calls[0]
         else:
             depth, n_turns, extra = self._rint(rng, cfg.depth), self._rint(rng, cfg.user_turns), self._rint(rng, cfg.extra_calls)
-        want_cross = (not fallback) and (not relax) and rng.random() < cfg.cross_domain
-        want_answer = (not fallback) and rng.random() < cfg.answer
-        draft = _Draft()
+        want_cross = (not relax) and rng.random() < cfg.cross_domain
+        want_answer = rng.random() < cfg.answer
+        draft = Draft()
         for turn in range(n_turns):
             turn_depth = depth if turn == 0 else self._rint(rng, (1, depth))
             turn_extra = extra if turn == 0 else 0
             answer_turn = want_answer and turn == n_turns - 1
-            if not self._structure(draft, rng, turn, turn_depth, turn_extra, answer_turn or fallback, fallback):
+            if not self._structure(draft, rng, turn, turn_depth, turn_extra, answer_turn):
                 return None
             if turn > 0 and rng.random() < 0.5:
                 self._link_turns(draft, rng, turn)
@@ -186,25 +198,16 @@ class TaskSampler:
                                   for s, d, _, _ in draft.deps):
             return None
         world_seed = cfg.world_offset + int(rng.integers(0, cfg.world_pool))
-        state = WorldState(self.suite.world(world_seed))
         order = _topo_order(draft)
         if order is None:
             return None
-        outputs: dict[int, dict[str, Any]] = {}
-        touched: dict[int, set[tuple[str, str]]] = {}
-        for i in order:
-            ok = self._instantiate(draft, i, state, rng, outputs, touched)
-            if not ok:
-                return None
-        if not self._order_independent(draft, touched):
+        outputs = self.values.instantiate(draft, order, world_seed, rng)
+        if outputs is None:
             return None
-        keys = [(n.tool, json.dumps(n.args, sort_keys=True)) for n in draft.nodes]
-        if len(set(keys)) != len(keys):
-            return None
-        return self._finish(draft, order, outputs, rng, index, world_seed, want_answer or fallback, n_turns, depth)
+        return self._finish(draft, order, outputs, rng, index, world_seed, want_answer, n_turns, depth)
 
     # -- structure ---------------------------------------------------------------------
-    def _producer_options(self, draft: _Draft, i: int, used_types: set[str]) -> list[tuple[str, str, str, str]]:
+    def _producer_options(self, draft: Draft, i: int, used_types: set[str]) -> list[tuple[str, str, str, str]]:
         node = draft.nodes[i]
         tool = self.suite.tools[node.tool]
         taken = draft.tools()
@@ -221,20 +224,18 @@ class TaskSampler:
                     out.append((p.name, src, f, vtype))
         return out
 
-    def _structure(self, draft: _Draft, rng: np.random.Generator, turn: int, depth: int, extra: int,
-                   answer: bool, fallback: bool) -> bool:
+    def _structure(self, draft: Draft, rng: np.random.Generator, turn: int, depth: int, extra: int,
+                   answer: bool) -> bool:
         tools = self.suite.tools
         taken = draft.tools()
         if answer:
             pool = [t for t in self.answerable if t not in taken]
         else:
             pool = [t for t in self.allowed if t not in taken]
-        if fallback:
-            pool = [t for t in pool if tools[t].kind == "read"] or pool
         if not pool:
             return False
         sink = len(draft.nodes)
-        draft.nodes.append(_Node(pool[int(rng.integers(0, len(pool)))], turn))
+        draft.nodes.append(DraftNode(pool[int(rng.integers(0, len(pool)))], turn))
         dist = {sink: 0}
         chain_types: dict[int, set[str]] = {sink: set()}
         cur = sink
@@ -244,7 +245,7 @@ class TaskSampler:
                 return False
             param, src, f, vtype = opts[int(rng.integers(0, len(opts)))]
             j = len(draft.nodes)
-            draft.nodes.append(_Node(src, turn))
+            draft.nodes.append(DraftNode(src, turn))
             draft.deps.append((j, cur, param, f))
             dist[j] = dist[cur] + 1
             chain_types[j] = chain_types[cur] | {vtype}
@@ -260,7 +261,7 @@ class TaskSampler:
                 opts = self._producer_options(draft, i, chain_types[i])
                 param, src, f, vtype = opts[int(rng.integers(0, len(opts)))]
                 j = len(draft.nodes)
-                draft.nodes.append(_Node(src, turn))
+                draft.nodes.append(DraftNode(src, turn))
                 draft.deps.append((j, i, param, f))
                 dist[j] = dist[i] + 1
                 chain_types[j] = chain_types[i] | {vtype}
@@ -276,7 +277,7 @@ class TaskSampler:
                     continue
                 i, f, vtype, t, p = cands[int(rng.integers(0, len(cands)))]
                 j = len(draft.nodes)
-                draft.nodes.append(_Node(t, turn))
+                draft.nodes.append(DraftNode(t, turn))
                 draft.deps.append((i, j, p, f))
                 dist[j] = 0
                 chain_types[j] = chain_types[i] | {vtype}
@@ -286,12 +287,12 @@ class TaskSampler:
                 if not free:
                     continue
                 j = len(draft.nodes)
-                draft.nodes.append(_Node(free[int(rng.integers(0, len(free)))], turn))
+                draft.nodes.append(DraftNode(free[int(rng.integers(0, len(free)))], turn))
                 dist[j] = 0
                 chain_types[j] = set()
         return True
 
-    def _link_turns(self, draft: _Draft, rng: np.random.Generator, turn: int) -> None:
+    def _link_turns(self, draft: Draft, rng: np.random.Generator, turn: int) -> None:
         """Let a call of ``turn`` consume an output of an earlier turn (the agent must remember it)."""
         cands = []
         for j, node in enumerate(draft.nodes):
@@ -309,8 +310,141 @@ class TaskSampler:
         if cands:
             draft.deps.append(cands[int(rng.integers(0, len(cands)))])
 
-    # -- values ------------------------------------------------------------------------
-    def _instantiate(self, draft: _Draft, i: int, state: WorldState, rng: np.random.Generator,
+    # -- finishing ---------------------------------------------------------------------
+    def _finish(self, draft: Draft, order: list[int], outputs: Mapping[int, Mapping[str, Any]],
+                rng: np.random.Generator, index: int, world_seed: int, want_answer: bool, n_turns: int,
+                depth: int) -> TaskSpec | None:
+        cfg = self.config
+        ids = {i: f"c{k}" for k, i in enumerate(order)}
+        calls = tuple(Call(ids[i], draft.nodes[i].tool, dict(draft.nodes[i].args), draft.nodes[i].turn) for i in order)
+        deps = tuple(sorted((Dep(ids[s], ids[d], p, f) for s, d, p, f in draft.deps), key=lambda d: (d.dst, d.param)))
+        answer = None
+        if want_answer:
+            sinks = [i for i in order if draft.nodes[i].turn == n_turns - 1
+                     and self.suite.tools[draft.nodes[i].tool].kind in ("read", "lookup", "aggregate")
+                     and not any(s == i for s, _, _, _ in draft.deps)]
+            options = [(i, f) for i in sinks for f in self.values.answer_fields(draft, i, outputs)]
+            if not options:
+                return None
+            i, f = options[int(rng.integers(0, len(options)))]
+            answer = Answer(ids[i], f, format_value(outputs[i][f]))
+        # withheld facts and locked tools
+        probe = TaskSpec("probe", world_seed, calls, deps, tuple(Turn("") for _ in range(n_turns)))
+        withheld: dict[int, tuple[tuple[str, str], ...]] = {}
+        locked: dict[int, tuple[str, ...]] = {}
+        if rng.random() < cfg.missing_param:
+            facts = probe.facts()
+            if facts:
+                cid, p, _ = facts[int(rng.integers(0, len(facts)))]
+                withheld[probe.call(cid).turn] = ((cid, p),)
+        if rng.random() < cfg.missing_tool:
+            c = calls[int(rng.integers(0, len(calls)))]
+            locked[c.turn] = (c.tool,)
+        n_distract = self._rint(rng, cfg.distractors)
+        distractors = self._distractors(calls, n_distract, rng)
+        knobs = {"depth": depth, "calls": len(calls), "turns": n_turns,
+                 "cross_domain": len({self.suite.domain_of(c.tool) for c in calls}) > 1}
+        turns = tuple(Turn("", locked.get(t, ()), withheld.get(t, ())) for t in range(n_turns))
+        task = TaskSpec(f"{self.id_prefix}-{self.seed}-{index}", world_seed, calls, deps, turns,
+                        distractors, answer, {"source": "sampler", "seed": self.seed, "index": index, "knobs": knobs})
+        messages = render_turn_messages(task, self.suite)
+        return replace(task, turns=tuple(replace(t, message=m) for t, m in zip(task.turns, messages)))
+
+    def _distractors(self, calls: Sequence[Call], k: int, rng: np.random.Generator) -> tuple[str, ...]:
+        return pick_distractors(self.suite, self.allowed, calls, k, rng)
+
+
+def pick_distractors(suite: Suite, allowed: Sequence[str], calls: Sequence[Call], k: int,
+                     rng: np.random.Generator) -> tuple[str, ...]:
+    """``k`` tools the task does not need, preferring its domains and kinds (sorted ``allowed`` order)."""
+    if k <= 0:
+        return ()
+    used = {c.tool for c in calls}
+    doms = {suite.domain_of(t) for t in used}
+    kinds = {suite.tools[t].kind for t in used}
+    similar = [t for t in allowed if t not in used and (suite.domain_of(t) in doms or suite.tools[t].kind in kinds)]
+    if len(similar) < k:
+        similar = [t for t in allowed if t not in used]
+    k = min(k, len(similar))
+    picks = rng.choice(len(similar), size=k, replace=False)
+    return tuple(similar[int(j)] for j in sorted(picks))
+
+
+class Instantiator:
+    """Values for a drafted call DAG (stage 2 of sampling; the resampler reuses it).
+
+    Calls run in the given order on a scratch :class:`WorldState` of the world seed: each
+    picks a record consistent with what its producers revealed, takes its free arguments
+    from it (or draws new values for writes) and is executed, so its outputs are real.
+    """
+
+    def __init__(self, suite: Suite, lookahead: bool = False) -> None:
+        """``lookahead``: a call that feeds later ones picks only among records that can work:
+        a producing search only records its filters single out, and a record whose field
+        feeds a later lookup/search/aggregate only when that value occurs in the consumer's
+        entity. The sampler leaves this off (it retries with another structure instead); the
+        resampler, which must keep a given structure, turns it on."""
+        self.suite = suite
+        self.lookahead = lookahead
+        # per (world seed, entity, field): value -> records, in table order (untouched worlds only)
+        self._by_value: OrderedDict[tuple[int, str, str], dict[Any, list[dict[str, Any]]]] = OrderedDict()
+
+    def _table_index(self, state: WorldState, entity: str, field_name: str) -> dict[Any, list[dict[str, Any]]] | None:
+        """``value -> records`` of an entity in the base world (``None`` once the episode wrote)."""
+        if state.changed:
+            return None
+        key = (state.world.seed, entity, field_name)
+        index = self._by_value.get(key)
+        if index is None:
+            index = {}
+            for r in state.records(entity):
+                index.setdefault(r.get(field_name), []).append(r)
+            self._by_value[key] = index
+            if len(self._by_value) > INDEX_CACHE:
+                self._by_value.popitem(last=False)
+        return index
+
+    def _matching(self, state: WorldState, entity: str, filters: list[tuple[str, Any]]) -> list[dict[str, Any]]:
+        """Records of ``entity`` whose fields equal ``filters``, in table order (a scan, or an
+        index lookup on an untouched world: the same records either way)."""
+        index = self._table_index(state, entity, filters[0][0]) if filters else None
+        if index is None:
+            return [r for r in state.records(entity) if all(r.get(f) == v for f, v in filters)]
+        try:
+            bucket = index.get(filters[0][1], ())
+        except TypeError:  # an unhashable value cannot match a stored one
+            return [r for r in state.records(entity) if all(r.get(f) == v for f, v in filters)]
+        return [r for r in bucket if all(r.get(f) == v for f, v in filters)]
+
+    def _values(self, state: WorldState, entity: str, field_name: str) -> Collection[Any]:
+        index = self._table_index(state, entity, field_name)
+        return index.keys() if index is not None else {r.get(field_name) for r in state.records(entity)}
+
+    def instantiate(self, draft: Draft, order: Sequence[int], world_seed: int,
+                    rng: np.random.Generator) -> dict[int, dict[str, Any]] | None:
+        """Fill ``draft.nodes[i].args`` for every node; return each call's outputs, or ``None``
+        when the draft cannot be instantiated on this world (a record is missing, a producer
+        does not reveal exactly one value, calls would race, or two calls coincide)."""
+        state = WorldState(self.suite.world(world_seed))
+        outputs: dict[int, dict[str, Any]] = {}
+        touched: dict[int, set[tuple[str, str]]] = {}
+        for i in order:
+            if not self.call(draft, i, state, rng, outputs, touched):
+                return None
+        if not self.order_independent(draft, touched):
+            return None
+        keys = [(n.tool, json.dumps(n.args, sort_keys=True)) for n in draft.nodes]
+        if len(set(keys)) != len(keys):
+            return None
+        return outputs
+
+    def answer_fields(self, draft: Draft, i: int, outputs: Mapping[int, Mapping[str, Any]]) -> list[str]:
+        """Output fields of call ``i`` that can be an answer: declared, and not a value the user states."""
+        stated = {format_value(v) for n in draft.nodes for v in n.args.values()}
+        declared = dict(self.suite.tools[draft.nodes[i].tool].outputs)
+        return [f for f, v in outputs[i].items() if format_value(v) not in stated and f in declared]
+
+    def call(self, draft: Draft, i: int, state: WorldState, rng: np.random.Generator,
                      outputs: dict[int, dict[str, Any]], touched: dict[int, set[tuple[str, str]]]) -> bool:
         node = draft.nodes[i]
         tool = self.suite.tools[node.tool]
@@ -328,7 +462,14 @@ class TaskSampler:
             selectors = {p: v for p, v in args.items()
                          if kind not in ("update", "delete") or tool.param(p).field == ent.id_field}
             filters = [(tool.param(p).field, v) for p, v in selectors.items()]
-            cands = [r for r in state.records(ent.name) if all(r.get(f) == v for f, v in filters)]
+            by_id = [v for f, v in filters if f == ent.id_field]
+            if by_id:  # ids are unique: one lookup instead of a scan (same candidates)
+                rec = state.get(ent.name, by_id[0])
+                cands = [rec] if rec is not None and all(rec.get(f) == v for f, v in filters) else []
+            else:
+                cands = self._matching(state, ent.name, filters)
+            if self.lookahead and is_producer and cands:
+                cands = self._promising(draft, i, tool, cands, state)
             if tool.precondition:
                 cands = [r for r in cands if all(r.get(f) in ok for f, ok in tool.precondition.items())]
             if not cands:
@@ -362,6 +503,24 @@ class TaskSampler:
         node.args = args
         touched[i] = self._touched(tool, args, result)
         return True
+
+    def _promising(self, draft: Draft, i: int, tool: ToolSpec, cands: list[dict[str, Any]],
+                   state: WorldState) -> list[dict[str, Any]]:
+        """The candidate records of producer ``i`` whose outputs its consumers can use."""
+        if tool.kind == "search":  # a producing search must single out one record
+            names = [p.field for p in tool.params]
+            shared = Counter(tuple(r.get(f) for f in names) for r in cands)
+            cands = [r for r in cands if shared[tuple(r.get(f) for f in names)] == 1]
+        for s, d, param, f in draft.deps:
+            if s != i or not cands or f not in cands[0]:
+                continue
+            dst = self.suite.tools[draft.nodes[d].tool]
+            if dst.kind not in ("lookup", "search", "aggregate"):
+                continue
+            want = dst.param(param).field
+            present = self._values(state, dst.entity, want)
+            cands = [r for r in cands if r.get(f) in present]
+        return cands
 
     def _new_value(self, tool: ToolSpec, pname: str, rec: Mapping[str, Any], state: WorldState,
                    rng: np.random.Generator) -> Any:
@@ -441,10 +600,12 @@ class TaskSampler:
         id_param = next(p.name for p in tool.params if p.field == ent.id_field)
         return {(ent.name, args[id_param])}
 
-    def _order_independent(self, draft: _Draft, touched: Mapping[int, set[tuple[str, str]]]) -> bool:
-        g = nx.DiGraph()
-        g.add_nodes_from(range(len(draft.nodes)))
-        g.add_edges_from((s, d) for s, d, _, _ in draft.deps)
+    def order_independent(self, draft: Draft, touched: Mapping[int, set[tuple[str, str]]]) -> bool:
+        """Every pair of same-turn calls where one mutates what the other touches is ordered
+        by a dependency path, so any valid call order gives the same outcome."""
+        succ: dict[int, list[int]] = {}
+        for s, d, _, _ in draft.deps:
+            succ.setdefault(s, []).append(d)
         tools = self.suite.tools
         for i, a in enumerate(draft.nodes):
             if not tools[a.tool].mutating:
@@ -454,64 +615,22 @@ class TaskSampler:
                     continue
                 if tools[b.tool].mutating and j < i:
                     continue  # each mutating pair checked once
-                if _conflict(touched[i], touched[j]) and not (nx.has_path(g, i, j) or nx.has_path(g, j, i)):
+                if _conflict(touched[i], touched[j]) and not (_reaches(succ, i, j) or _reaches(succ, j, i)):
                     return False
         return True
 
-    # -- finishing ---------------------------------------------------------------------
-    def _finish(self, draft: _Draft, order: list[int], outputs: Mapping[int, Mapping[str, Any]],
-                rng: np.random.Generator, index: int, world_seed: int, want_answer: bool, n_turns: int,
-                depth: int) -> TaskSpec | None:
-        cfg = self.config
-        ids = {i: f"c{k}" for k, i in enumerate(order)}
-        calls = tuple(Call(ids[i], draft.nodes[i].tool, dict(draft.nodes[i].args), draft.nodes[i].turn) for i in order)
-        deps = tuple(sorted((Dep(ids[s], ids[d], p, f) for s, d, p, f in draft.deps), key=lambda d: (d.dst, d.param)))
-        answer = None
-        if want_answer:
-            sinks = [i for i in order if draft.nodes[i].turn == n_turns - 1
-                     and self.suite.tools[draft.nodes[i].tool].kind in ("read", "lookup", "aggregate")
-                     and not any(s == i for s, _, _, _ in draft.deps)]
-            stated = {format_value(v) for n in draft.nodes for v in n.args.values()}
-            options = [(i, f) for i in sinks for f, v in outputs[i].items()
-                       if format_value(v) not in stated and f in dict(self.suite.tools[draft.nodes[i].tool].outputs)]
-            if not options:
-                return None
-            i, f = options[int(rng.integers(0, len(options)))]
-            answer = Answer(ids[i], f, format_value(outputs[i][f]))
-        # withheld facts and locked tools
-        probe = TaskSpec("probe", world_seed, calls, deps, tuple(Turn("") for _ in range(n_turns)))
-        withheld: dict[int, tuple[tuple[str, str], ...]] = {}
-        locked: dict[int, tuple[str, ...]] = {}
-        if rng.random() < cfg.missing_param:
-            facts = probe.facts()
-            if facts:
-                cid, p, _ = facts[int(rng.integers(0, len(facts)))]
-                withheld[probe.call(cid).turn] = ((cid, p),)
-        if rng.random() < cfg.missing_tool:
-            c = calls[int(rng.integers(0, len(calls)))]
-            locked[c.turn] = (c.tool,)
-        n_distract = self._rint(rng, cfg.distractors)
-        distractors = self._distractors(calls, n_distract, rng)
-        knobs = {"depth": depth, "calls": len(calls), "turns": n_turns,
-                 "cross_domain": len({self.suite.domain_of(c.tool) for c in calls}) > 1}
-        turns = tuple(Turn("", locked.get(t, ()), withheld.get(t, ())) for t in range(n_turns))
-        task = TaskSpec(f"{self.id_prefix}-{self.seed}-{index}", world_seed, calls, deps, turns,
-                        distractors, answer, {"source": "sampler", "seed": self.seed, "index": index, "knobs": knobs})
-        messages = render_turn_messages(task, self.suite)
-        return replace(task, turns=tuple(replace(t, message=m) for t, m in zip(task.turns, messages)))
 
-    def _distractors(self, calls: Sequence[Call], k: int, rng: np.random.Generator) -> tuple[str, ...]:
-        if k <= 0:
-            return ()
-        used = {c.tool for c in calls}
-        doms = {self.suite.domain_of(t) for t in used}
-        kinds = {self.suite.tools[t].kind for t in used}
-        similar = [t for t in self.allowed if t not in used and (self.suite.domain_of(t) in doms or self.suite.tools[t].kind in kinds)]
-        if len(similar) < k:
-            similar = [t for t in self.allowed if t not in used]
-        k = min(k, len(similar))
-        picks = rng.choice(len(similar), size=k, replace=False)
-        return tuple(similar[int(j)] for j in sorted(picks))
+def _reaches(succ: Mapping[int, list[int]], a: int, b: int) -> bool:
+    """Whether a dependency path leads from ``a`` to ``b`` (bounded by the number of edges)."""
+    stack, seen = [a], {a}
+    while stack:
+        for nxt in succ.get(stack.pop(), ()):
+            if nxt == b:
+                return True
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    return False
 
 
 def _conflict(a: set[tuple[str, str]], b: set[tuple[str, str]]) -> bool:
@@ -522,7 +641,7 @@ def _conflict(a: set[tuple[str, str]], b: set[tuple[str, str]]) -> bool:
     return False
 
 
-def _topo_order(draft: _Draft) -> list[int] | None:
+def _topo_order(draft: Draft) -> list[int] | None:
     g = nx.DiGraph()
     g.add_nodes_from(range(len(draft.nodes)))
     g.add_edges_from((s, d) for s, d, _, _ in draft.deps)
@@ -532,7 +651,7 @@ def _topo_order(draft: _Draft) -> list[int] | None:
     return list(nx.lexicographical_topological_sort(g, key=lambda i: (draft.nodes[i].turn, i)))
 
 
-def _depth(draft: _Draft) -> int:
+def _depth(draft: Draft) -> int:
     level: dict[int, int] = {}
     preds: dict[int, list[int]] = {}
     for s, d, _, _ in draft.deps:
