@@ -19,12 +19,12 @@ every valid order of the agent's calls gives the same outcome.
 
 from __future__ import annotations
 
+import heapq
 import json
 from collections import Counter, OrderedDict
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Collection, Iterator, Mapping, Sequence
 
-import networkx as nx
 import numpy as np
 
 from .domain import ToolSpec
@@ -642,13 +642,25 @@ def _conflict(a: set[tuple[str, str]], b: set[tuple[str, str]]) -> bool:
 
 
 def _topo_order(draft: Draft) -> list[int] | None:
-    g = nx.DiGraph()
-    g.add_nodes_from(range(len(draft.nodes)))
-    g.add_edges_from((s, d) for s, d, _, _ in draft.deps)
-    if not nx.is_directed_acyclic_graph(g):
-        return None
-    # turns first, then dependencies, then creation order: a stable, deterministic order
-    return list(nx.lexicographical_topological_sort(g, key=lambda i: (draft.nodes[i].turn, i)))
+    """Turns first, then dependencies, then creation order (Kahn's algorithm with a heap on
+    ``(turn, index)``); ``None`` if the dependencies have a cycle."""
+    n = len(draft.nodes)
+    succ: list[list[int]] = [[] for _ in range(n)]
+    indegree = [0] * n
+    for s, d in {(s, d) for s, d, _, _ in draft.deps}:
+        succ[s].append(d)
+        indegree[d] += 1
+    heap = [(draft.nodes[i].turn, i) for i in range(n) if indegree[i] == 0]
+    heapq.heapify(heap)
+    order: list[int] = []
+    while heap:
+        _, i = heapq.heappop(heap)
+        order.append(i)
+        for j in succ[i]:
+            indegree[j] -= 1
+            if indegree[j] == 0:
+                heapq.heappush(heap, (draft.nodes[j].turn, j))
+    return order if len(order) == n else None
 
 
 def _depth(draft: Draft) -> int:
