@@ -1,0 +1,110 @@
+"""Two CPU processes (gloo) through ``accelerate launch``: averaged gradients and identical weights."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from rods_gym import DIFFICULTIES, TaskSampler, default_suite, write_jsonl
+from rods_gym.trainer.config import PolicyConfig, SFTConfig
+from rods_gym.trainer.policy import build_tiny_policy, load_policy, save_policy
+from rods_gym.trainer.sft import make_demonstrations, train_sft
+
+WORKER = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    import rods_gym.trainer
+    import torch
+    torch.set_num_threads(1)
+    from accelerate import Accelerator
+    from rods_gym import read_jsonl
+    from rods_gym.trainer.config import load_config
+    from rods_gym.trainer.loop import grpo_train
+    from rods_gym.trainer.policy import load_policy
+    from rods_gym.trainer.sft import make_demonstrations, pad_right, sft_loss
+
+    out, task_file, warm = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+    acc = Accelerator(cpu=True)
+    rank, world = acc.process_index, acc.num_processes
+    seeds = read_jsonl(task_file)
+
+    # 1. gradients: each rank has its own data; the synced gradient must be the mean of the local ones
+    policy = load_policy(warm)
+    model = acc.prepare(policy.model)
+    demos = make_demonstrations(policy, seeds[2 * rank: 2 * rank + 2], "rods/ToolChain-Compact-v0")
+    ids, attn, amask = pad_right([d.transcript.ids for d in demos], [d.transcript.action_mask for d in demos],
+                                 policy.pad_id)
+    with acc.no_sync(model):
+        acc.backward(sft_loss(model, ids, attn, amask))
+    local = torch.cat([p.grad.flatten() for p in model.parameters()])
+    model.zero_grad(set_to_none=True)
+    acc.backward(sft_loss(model, ids, attn, amask))
+    synced = torch.cat([p.grad.flatten() for p in model.parameters()])
+    every_local = acc.gather(local[None])  # [world, n]
+
+    # 2. two GRPO steps of the real loop, each rank rolling out its share of the tasks
+    cfg = load_config(None, [f"run_dir={out / 'run'}", "steps=2", "time_limit_min=0", "checkpoint_every=0",
+                             "tensorboard=false", "progress_bar=false", "rollout.group_size=3",
+                             "rollout.tasks_per_step=4", "rollout.max_action_tokens=8", "rollout.max_turns=4",
+                             "grpo.lr=1e-3", "grpo.micro_batch_size=4", "grpo.minibatches=2"])
+    trained = load_policy(warm)
+    result = grpo_train(cfg, trained, seeds, run_dir=cfg.run_dir, accelerator=acc)
+    torch.save({"rank": rank, "world": world, "backend": acc.state.backend, "local": local, "synced": synced, "every_local": every_local,
+                "weights": torch.cat([p.detach().flatten() for p in trained.model.parameters()]),
+                "history": result.history}, out / f"rank{rank}.pt")
+""")
+
+
+def _warm_policy(path: Path, tasks) -> Path:
+    policy = build_tiny_policy(PolicyConfig(hidden_size=64, intermediate_size=128, num_layers=2, num_heads=2,
+                                            max_positions=512), "compact")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        demos = make_demonstrations(policy, tasks, "rods/ToolChain-Compact-v0")
+        train_sft(policy, demos, SFTConfig(steps=80, batch_size=6, lr=5e-3, warmup_steps=3), seed=0)
+    finally:
+        torch.set_num_threads(before)
+    return save_policy(policy, path)
+
+
+@pytest.mark.slow
+def test_two_cpu_processes_average_gradients_and_stay_identical(tmp_path: Path) -> None:
+    launcher = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or shutil.which("accelerate")
+    assert launcher is not None, "the accelerate launcher is part of the train extra"
+    tasks = TaskSampler(default_suite(), DIFFICULTIES["easy"], seed=5).sample_many(12)
+    write_jsonl(tasks, tmp_path / "seeds.jsonl")
+    warm = _warm_policy(tmp_path / "warm", tasks)
+    (tmp_path / "worker.py").write_text(WORKER)
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
+    # accelerate's torchrun path (--multi_gpu) starts the 2 processes; with no GPU, Accelerator(cpu=True)
+    # runs them as MULTI_CPU over gloo (accelerate's --cpu flag alone starts a single process)
+    proc = subprocess.run([launcher, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+                           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29533",
+                           str(tmp_path / "worker.py"), str(tmp_path), str(tmp_path / "seeds.jsonl"), str(warm)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    r0, r1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1))
+    assert r0["world"] == r1["world"] == 2 and r0["backend"] == "gloo"
+    # gradients: the ranks saw different data, and DDP's gradient is the mean of the local ones
+    assert not torch.allclose(r0["local"], r1["local"])
+    mean = (r0["local"] + r1["local"]) / 2
+    assert torch.allclose(r0["synced"], mean, atol=1e-6) and torch.allclose(r1["synced"], mean, atol=1e-6)
+    assert torch.equal(r0["every_local"][1], r1["local"])
+    # training: both ranks end with the same weights, which moved from the start
+    assert torch.equal(r0["weights"], r1["weights"])
+    start = torch.cat([p.detach().flatten() for p in load_policy(warm).model.parameters()])
+    assert not torch.allclose(r0["weights"], start)
+    # the metrics cover the episodes of both ranks (4 tasks x 3 rollouts)
+    assert [h["episodes"] for h in r0["history"]] == [12, 12]
+    # and every process logged the same (gathered) training statistics
+    for a, b in zip(r0["history"], r1["history"]):
+        assert {k: a[k] for k in ("reward_mean", "success", "zero_std_frac", "loss", "kl_old")} == \
+               {k: b[k] for k in ("reward_mean", "success", "zero_std_frac", "loss", "kl_old")}

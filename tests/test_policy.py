@@ -1,0 +1,112 @@
+"""The embedded policies: tokenizers built from the suite, chat templates, save/reload."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from rods_gym.renderers.compact import vocabulary
+from rods_gym.trainer.config import PolicyConfig
+from rods_gym.trainer.policy import build_tiny_policy, load_policy, save_policy
+from rods_gym.trainer.tokenization import build_chat_tokenizer, build_compact_tokenizer
+
+TINY = PolicyConfig(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, max_positions=512)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """One torch thread: these tiny models only pay thread-pool overhead for more (global state restored)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_compact_tokenizer_covers_the_vocabulary_one_token_per_word(suite) -> None:
+    tok = build_compact_tokenizer(suite)
+    words = vocabulary(suite)
+    ids = tok(" ".join(words), add_special_tokens=False)["input_ids"]
+    assert len(ids) == len(words)
+    assert tok.unk_token_id not in ids
+    assert len(set(ids)) == len(words)
+    assert tok.decode(ids) == " ".join(words)
+
+
+def test_compact_chat_template_renders_observations_and_actions(suite) -> None:
+    tok = build_compact_tokenizer(suite)
+    msgs = [{"role": "user", "content": "tools get_user ( user_id ) | user get_user user_id $0"},
+            {"role": "assistant", "content": "call get_user user_id $0"},
+            {"role": "user", "content": "ok name $1"}]
+    text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    assert text.split() == ("<bos> <obs> tools get_user ( user_id ) | user get_user user_id $0 <act> call get_user "
+                            "user_id $0 <eos> <obs> ok name $1 <act>").split()
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert ids[0] == tok.bos_token_id and ids[-1] == tok.convert_tokens_to_ids("<act>")
+    assert tok.convert_tokens_to_ids("<eos>") == tok.eos_token_id
+
+
+def test_every_compact_observation_and_oracle_action_is_in_vocabulary(suite, easy_tasks) -> None:
+    tok = build_compact_tokenizer(suite)
+    env = gym.make("rods/ToolChain-Compact-v0")
+    for task in easy_tasks[:15]:
+        obs, _ = env.reset(options={"task": task})
+        texts = [obs]
+        for _ in range(20):
+            action = env.unwrapped.oracle_action()
+            obs, _, term, trunc, _ = env.step(action)
+            texts += [action, obs]
+            if term or trunc:
+                break
+        for text in texts:
+            assert tok.unk_token_id not in tok(text, add_special_tokens=False)["input_ids"], text
+
+
+def test_byte_level_chat_tokenizer_round_trips_text_and_renders_tools() -> None:
+    tok = build_chat_tokenizer()
+    text = 'Hi! <tool_call>{"name": "get_user", "arguments": {"user_id": "USR-0042"}}</tool_call>\n\tdone é'
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert tok.decode(ids) == text
+    tools = [{"type": "function", "function": {"name": "get_user", "description": "Get a user.",
+                                               "parameters": {"type": "object", "properties": {"user_id": {}}}}}]
+    msgs = [{"role": "system", "content": "SYS"}, {"role": "user", "content": "hello"}]
+    rendered = tok.apply_chat_template(msgs, tools=tools, tokenize=False, add_generation_prompt=True)
+    assert rendered.startswith("<|bos|><|im_start|>system\nSYS\n# Tools\n- get_user(user_id): Get a user.\n<|im_end|>")
+    assert rendered.endswith("<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n")
+    assert tok.convert_ids_to_tokens(tok(rendered, add_special_tokens=False)["input_ids"][-11]) == "<|im_start|>"  # then "assistant\n"
+
+
+@pytest.mark.parametrize("mode", ["compact", "chat"])
+def test_tiny_policy_saves_and_reloads_with_any_tool(mode: str, tmp_path: Path) -> None:
+    policy = build_tiny_policy(TINY, mode)
+    again = build_tiny_policy(TINY, mode)
+    for a, b in zip(policy.model.parameters(), again.model.parameters()):
+        assert torch.equal(a, b)  # seeded init
+    path = save_policy(policy, tmp_path / "policy")
+    model = AutoModelForCausalLM.from_pretrained(path)
+    tok = AutoTokenizer.from_pretrained(path)
+    assert tok.chat_template == policy.tokenizer.chat_template
+    assert tok.eos_token_id == policy.eos_id and tok.pad_token_id == policy.pad_id
+    ids = torch.tensor([[tok.bos_token_id, 7, 9, 11]])
+    with torch.no_grad():
+        assert torch.allclose(model(ids).logits, policy.model(ids).logits, atol=1e-6)
+    reloaded = load_policy(path)
+    assert reloaded.stop_ids[0] == policy.eos_id
+
+
+def test_policy_init_does_not_touch_the_global_rng() -> None:
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    build_tiny_policy(TINY, "compact")
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_missing_policy_names_the_path_and_the_offline_hint(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="local_files_only"):
+        load_policy(tmp_path / "nope")
+    with pytest.raises(ValueError, match="structured"):
+        build_tiny_policy(TINY, "structured")

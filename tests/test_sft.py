@@ -1,0 +1,97 @@
+"""SFT warm start: demonstrations, a loss on agent tokens only, and that it learns."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from rods_gym.trainer.config import PolicyConfig, SFTConfig
+from rods_gym.trainer.evaluation import evaluate
+from rods_gym.trainer.policy import build_tiny_policy
+from rods_gym.trainer.rollout import RolloutSettings
+from rods_gym.trainer.sft import length_grouped_batches, make_demonstrations, pad_right, sft_loss, train_sft
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """One torch thread: these tiny models only pay thread-pool overhead for more (global state restored)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+TINY = PolicyConfig(hidden_size=64, intermediate_size=128, num_layers=2, num_heads=2, max_positions=512)
+
+
+def test_demonstration_actions_are_the_oracle_actions(easy_tasks) -> None:
+    import gymnasium as gym
+
+    policy = build_tiny_policy(TINY, "compact")
+    demos = make_demonstrations(policy, easy_tasks[:5], "rods/ToolChain-Compact-v0")
+    env = gym.make("rods/ToolChain-Compact-v0")
+    tok = policy.tokenizer
+    for demo in demos:
+        env.reset(options={"task": demo.task})
+        expected = []
+        for _ in range(20):
+            a = env.unwrapped.oracle_action()
+            expected.append(a)
+            *_, term, trunc, _ = env.step(a)
+            if term or trunc:
+                break
+        ids, mask = demo.transcript.ids, demo.transcript.action_mask
+        segments, cur = [], []
+        for i, m in zip(ids, mask):
+            if m:
+                cur.append(i)
+            elif cur:
+                segments.append(cur)
+                cur = []
+        segments += [cur] if cur else []
+        assert [tok.decode(s[:-1]) for s in segments] == expected
+        assert demo.success
+
+
+def test_sft_loss_counts_agent_tokens_only() -> None:
+    policy = build_tiny_policy(TINY, "compact")
+    ids, attn, amask = pad_right([[1, 4, 10, 11, 12, 3], [1, 4, 20, 3]], [[0, 0, 0, 1, 1, 1], [0, 0, 1, 1]],
+                                 policy.pad_id)
+    loss = sft_loss(policy.model, ids, attn, amask)
+    with torch.no_grad():
+        logits = policy.model(input_ids=ids, attention_mask=attn).logits
+    nll = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none")
+    nll = nll.view(2, -1)
+    by_hand = (nll[0, 2:5].sum() + nll[1, 1:3].sum()) / 5  # targets at positions 3,4,5 and 2,3
+    assert loss.item() == pytest.approx(by_hand.item(), rel=1e-5)
+    # changing environment tokens' targets does not matter; changing an agent token does
+    ids2 = ids.clone()
+    ids2[0, 1] = 30  # a context token (still an input, but never a target under the mask)
+    assert sft_loss(policy.model, ids2, attn, amask).item() != pytest.approx(loss.item())  # it conditions the rest
+    amask2 = amask.clone()
+    amask2[0, 1] = 0
+    assert sft_loss(policy.model, ids, attn, amask2).item() == pytest.approx(loss.item())
+
+
+def test_length_grouped_batches_cover_each_index_once() -> None:
+    lengths = list(np.random.default_rng(0).integers(10, 400, size=103))
+    batches = length_grouped_batches(lengths, 8, np.random.default_rng(1))
+    flat = sorted(i for b in batches for i in b)
+    assert flat == list(range(103))
+    spread = np.mean([max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches])
+    assert spread < 0.5 * (max(lengths) - min(lengths))  # batches hold similar lengths
+
+
+def test_sft_learns_the_demonstrations(easy_tasks) -> None:
+    tasks = [t for t in easy_tasks if len(t.calls) == 1][:8]
+    policy = build_tiny_policy(TINY, "compact")
+    demos = make_demonstrations(policy, tasks, "rods/ToolChain-Compact-v0")
+    settings = RolloutSettings(max_action_tokens=10, max_turns=4)
+    before = evaluate(policy, tasks, "rods/ToolChain-Compact-v0", settings=settings)
+    losses = train_sft(policy, demos, SFTConfig(steps=80, batch_size=8, lr=3e-3, warmup_steps=5), seed=0)
+    after = evaluate(policy, tasks, "rods/ToolChain-Compact-v0", settings=settings)
+    assert losses[-1] < 0.2 * losses[0]
+    assert before["success"] == 0.0 and after["success"] >= 0.75
+    assert all(p.grad is None for p in policy.model.parameters())  # no gradients left behind

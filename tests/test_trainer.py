@@ -1,0 +1,244 @@
+"""The training loop: config files and overrides, task sources, metrics, checkpoints, exact resume, CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from accelerate import Accelerator
+
+from rods_gym import TaskSampler, DIFFICULTIES, default_suite, write_jsonl
+from rods_gym.trainer.checkpoint import latest_checkpoint
+from rods_gym.trainer.config import TrainConfig, load_config, parse_overrides
+from rods_gym.trainer.loop import grpo_train
+from rods_gym.trainer.metrics import read_jsonl
+from rods_gym.trainer.config import SFTConfig
+from rods_gym.trainer.policy import build_tiny_policy, load_policy, save_policy
+from rods_gym.trainer.sft import make_demonstrations, train_sft
+from rods_gym.trainer.sources import available_sources, make_source
+from rods_gym.trainer.task_source import FixedSeeds
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """One torch thread: these tiny models only pay thread-pool overhead for more (global state restored)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+ISSUE_METRICS = ("reward_mean", "reward_std", "zero_std_frac", "success", "progress", "kl", "clip_frac", "entropy",
+                 "turns", "tool_error_rate", "tokens_per_s", "rollout_tokens_per_s", "update_tokens_per_s",
+                 "time_gen", "time_env", "time_update")
+TIMING = {"tokens_per_s", "rollout_tokens_per_s", "update_tokens_per_s", "time_gen", "time_env", "time_update",
+          "time_step"}
+
+
+def seed_tasks():
+    return TaskSampler(default_suite(), DIFFICULTIES["easy"], seed=5).sample_many(12)
+
+
+@pytest.fixture(scope="module")
+def task_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("tasks") / "seeds.jsonl"
+    write_jsonl(seed_tasks(), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def warm_policy(tmp_path_factory) -> Path:
+    """A tiny policy after a short SFT warm start (partial success, so GRPO groups have spread)."""
+    cfg = load_config(None, ["policy.hidden_size=64", "policy.intermediate_size=128", "policy.num_layers=2",
+                             "policy.num_heads=2"])
+    policy = build_tiny_policy(cfg.policy, "compact")
+    demos = make_demonstrations(policy, seed_tasks(), "rods/ToolChain-Compact-v0")
+    train_sft(policy, demos, SFTConfig(steps=80, batch_size=6, lr=5e-3, warmup_steps=3), seed=0)
+    return save_policy(policy, tmp_path_factory.mktemp("warm") / "policy")
+
+
+def tiny_config(task_file: Path, run_dir: Path, **extra: str) -> TrainConfig:
+    overrides = [f"run_dir={run_dir}", "steps=4", "time_limit_min=0", "checkpoint_every=1", "tensorboard=false",
+                 "progress_bar=false", "policy.hidden_size=32", "policy.intermediate_size=64", "policy.num_layers=1",
+                 "policy.num_heads=2", f"data.train_split={task_file}", "rollout.group_size=3",
+                 "rollout.tasks_per_step=2", "rollout.max_action_tokens=8", "rollout.max_turns=4",
+                 "grpo.lr=1e-3", "grpo.micro_batch_size=4", "grpo.epochs=2", "grpo.minibatches=2", "grpo.beta=0.05"]
+    overrides += [f"{k}={v}" for k, v in extra.items()]
+    return load_config(None, overrides)
+
+
+# -- config ---------------------------------------------------------------------------------
+def test_shipped_configs_load_and_overrides_apply() -> None:
+    cfg = load_config("default", ["grpo.lr=1e-4", "rollout.group_size=4", "eval.splits=[dev,test]", "steps=7"])
+    assert cfg.grpo.lr == 1e-4 and cfg.rollout.group_size == 4 and cfg.eval.splits == ("dev", "test")
+    assert cfg.steps == 7 and cfg.policy.model == "tiny" and cfg.data.env_id.endswith("Compact-v0")
+    chat = load_config("chat_tiny")
+    assert "Chat" in chat.data.env_id and chat.policy.max_positions >= 4096
+    assert load_config("qwen_chat").policy.model.startswith("Qwen/")
+    assert parse_overrides(["a.b=3", "c=x"]) == {"a": {"b": 3}, "c": "x"}
+
+
+def test_config_errors_name_the_key(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="grpo.*lrr"):
+        load_config(None, ["grpo.lrr=1"])
+    with pytest.raises(ValueError, match="grpo.aggregation"):
+        load_config(None, ["grpo.aggregation=mean"])
+    with pytest.raises(ValueError, match="rollout.group_size: expected int"):
+        load_config(None, ["rollout.group_size=many"])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("sft:\n  steps: 3\n  nonsense: 1\n")
+    with pytest.raises(ValueError, match="sft.*nonsense"):
+        load_config(bad)
+    with pytest.raises(FileNotFoundError, match="shipped config"):
+        load_config("no-such-config")
+
+
+# -- sources ---------------------------------------------------------------------------------
+def test_source_registry(task_file: Path, tmp_path: Path) -> None:
+    sources = available_sources()
+    assert "fixed" in sources
+    cfg = tiny_config(task_file, tmp_path)
+    seeds = TaskSampler(default_suite(), DIFFICULTIES["easy"], seed=5).sample_many(5)
+    src = make_source("fixed", cfg, seeds, rng_seed=3)
+    assert isinstance(src, FixedSeeds) and len(src.next_batch(0, 7)) == 7
+    with pytest.raises(ValueError, match="unknown task source 'nope'.*fixed"):
+        make_source("nope", cfg, seeds, 0)
+
+
+# -- the loop, checkpoints and resume --------------------------------------------------------
+def _run(cfg: TrainConfig, start: Path, resume: bool = False):
+    seeds = seed_tasks()
+    policy = load_policy(start)
+    result = grpo_train(cfg, policy, seeds, run_dir=cfg.run_dir, accelerator=Accelerator(cpu=True), resume=resume)
+    return policy, result
+
+
+def test_loop_logs_every_metric_and_checkpoints_everything(task_file: Path, warm_policy: Path, tmp_path: Path) -> None:
+    cfg = tiny_config(task_file, tmp_path / "run", steps="2")
+    start = load_policy(warm_policy)
+    policy, result = _run(cfg, warm_policy)
+    assert result.steps_done == 2
+    records = read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    assert [r["step"] for r in records] == [1, 2]
+    for key in ISSUE_METRICS:
+        assert all(isinstance(r[key], float) for r in records), key
+    assert records[0]["episodes"] == 6 and records[0]["gen_tokens"] > 0
+    assert any(r["zero_std_frac"] < 1.0 for r in records)  # some group had spread: a real update
+    # two epochs x two minibatches: later updates see a moved policy (ratio != 1, KL to the reference > 0)
+    assert records[0]["kl"] > 0.0 and records[0]["kl_old"] > 0.0
+    changed = any(not torch.equal(a, b) for a, b in zip(start.model.parameters(), policy.model.parameters()))
+    assert changed
+    ckpt = latest_checkpoint(tmp_path / "run" / "checkpoints")
+    assert ckpt is not None and ckpt.name == "step-000002"
+    state = torch.load(ckpt / "trainer_state.pt", weights_only=False)
+    assert {"optimizer", "scheduler", "source", "history", "global_rng", "step"} <= set(state)
+    assert set(state["source"]) == {"rng", "order", "pos"} and state["step"] == 2
+    assert (ckpt / "rng-rank0.pt").exists()
+    reloaded = load_policy(ckpt / "policy")
+    for a, b in zip(reloaded.model.parameters(), policy.model.parameters()):
+        assert torch.equal(a, b)
+
+
+KILLER = textwrap.dedent("""
+    import os, signal, sys
+    import rods_gym.trainer
+    import torch
+    torch.set_num_threads(1)
+    from accelerate import Accelerator
+    from rods_gym import TaskSampler, DIFFICULTIES, default_suite
+    from rods_gym.trainer.config import load_config
+    from rods_gym.trainer.loop import grpo_train
+    from rods_gym.trainer.policy import load_policy
+    from rods_gym.trainer.task_source import FixedSeeds
+
+    class DiesMidStep(FixedSeeds):
+        # the process is SIGKILLed in the middle of step 3 (after its rollouts, before its update)
+        def observe(self, step, groups):
+            if step == 2:
+                os.kill(os.getpid(), signal.SIGKILL)
+            super().observe(step, groups)
+
+    cfg = load_config(sys.argv[1])
+    seeds = TaskSampler(default_suite(), DIFFICULTIES["easy"], seed=5).sample_many(12)
+    policy = load_policy(sys.argv[2])
+    grpo_train(cfg, policy, seeds, run_dir=cfg.run_dir, accelerator=Accelerator(cpu=True),
+               source=DiesMidStep(seeds, seed=cfg.seed))
+""")
+
+
+def test_single_update_starts_on_policy_at_the_reference(task_file: Path, warm_policy: Path, tmp_path: Path) -> None:
+    cfg = tiny_config(task_file, tmp_path / "run", steps="1", **{"grpo.epochs": "1", "grpo.minibatches": "1"})
+    _run(cfg, warm_policy)
+    rec = read_jsonl(tmp_path / "run" / "metrics.jsonl")[0]
+    # one update on fresh rollouts: the ratio is 1 and the policy equals the frozen reference
+    assert rec["ratio"] == pytest.approx(1.0, abs=1e-5) and rec["clip_frac"] == 0.0
+    assert rec["kl"] == pytest.approx(0.0, abs=1e-6) and rec["kl_old"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_killed_run_resumes_to_the_same_result(task_file: Path, warm_policy: Path, tmp_path: Path) -> None:
+    # uninterrupted: 4 steps
+    full_cfg = tiny_config(task_file, tmp_path / "full")
+    full_policy, _ = _run(full_cfg, warm_policy)
+    # killed during step 3 (SIGKILL, in another process), then resumed here from the step-2 checkpoint
+    cfg = tiny_config(task_file, tmp_path / "killed")
+    from rods_gym.trainer.config import save_config
+
+    save_config(cfg, tmp_path / "killed.yaml")
+    script = tmp_path / "killer.py"
+    script.write_text(KILLER)
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "killed.yaml"), str(warm_policy)], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    assert latest_checkpoint(tmp_path / "killed" / "checkpoints").name == "step-000002"
+    assert [r["step"] for r in read_jsonl(tmp_path / "killed" / "metrics.jsonl")] == [1, 2]
+    resumed_policy, result = _run(cfg, warm_policy, resume=True)
+    assert result.steps_done == 4
+    for a, b in zip(full_policy.model.parameters(), resumed_policy.model.parameters()):
+        assert torch.allclose(a, b, atol=1e-6)
+    full = read_jsonl(tmp_path / "full" / "metrics.jsonl")
+    resumed = read_jsonl(tmp_path / "killed" / "metrics.jsonl")
+    assert [r["step"] for r in resumed] == [1, 2, 3, 4]
+    for a, b in zip(full, resumed):
+        for k in a:
+            if k not in TIMING:
+                assert a[k] == pytest.approx(b[k], abs=1e-6), k
+    # a different seed gives a different run (the comparison above can fail)
+    other_policy, _ = _run(tiny_config(task_file, tmp_path / "other", seed="1"), warm_policy)
+    assert any(not torch.allclose(a, b) for a, b in zip(full_policy.model.parameters(), other_policy.model.parameters()))
+
+
+def test_cli_registers_train_sft_evaluate() -> None:
+    from rods_gym.cli import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(["train", "--set", "grpo.lr=1e-4", "steps=3"])
+    assert args.func.__name__ == "run_train"
+    from rods_gym.trainer.commands import load_from_args
+
+    cfg = load_from_args(args)
+    assert cfg.grpo.lr == 1e-4 and cfg.steps == 3
+    assert parser.parse_args(["sft"]).func.__name__ == "run_sft"
+    assert parser.parse_args(["evaluate", "--splits", "dev"]).func.__name__ == "run_evaluate"
+
+
+def test_pipeline_runs_the_chat_view_end_to_end(tmp_path: Path) -> None:
+    """``rods train --config chat_tiny``: byte-level tiny Llama, chat template with tools, SFT, GRPO, eval, plot."""
+    from rods_gym.trainer.pipeline import run_training
+
+    cfg = load_config("chat_tiny", [f"run_dir={tmp_path / 'chat'}", "tensorboard=false", "progress_bar=false",
+                                    "eval.splits=[dev]", "eval.tasks=2", "sft.demos=4", "rollout.max_action_tokens=24"])
+    summary = run_training(cfg)
+    assert summary["grpo_steps"] == 2 and summary["episodes"] == 8
+    assert set(summary["before"]) == set(summary["after"]) == {"dev"}
+    assert (tmp_path / "chat" / "training_curve.png").stat().st_size > 1000
+    assert (tmp_path / "chat" / "sft_policy" / "chat_template.jinja").exists()
+    records = read_jsonl(tmp_path / "chat" / "metrics.jsonl")
+    assert [r["step"] for r in records] == [1, 2] and all(r["gen_tokens"] > 0 for r in records)
+    saved = json.loads((tmp_path / "chat" / "summary.json").read_text())
+    assert saved["policy"] == "tiny-chat" and saved["env_id"] == "rods/ToolChain-Easy-Chat-v0"

@@ -1,0 +1,78 @@
+"""Checkpoints of a GRPO run, written atomically under ``RUN_DIR/checkpoints/step-NNNNNN``.
+
+A checkpoint holds the policy (``policy/``, ``save_pretrained`` format: reloadable by any
+tool), and ``trainer_state.pt``: optimizer, scheduler, step, the task source's
+``state_dict``, the metrics history, and the RNG states (torch/numpy/python global states
+and, per process, the trainer's own ``torch.Generator`` in ``rng-rankR.pt``). It is written
+into ``step-NNNNNN.tmp`` and renamed when complete, so a run killed while saving leaves the
+previous checkpoint intact.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+STATE_FILE = "trainer_state.pt"
+
+
+def step_dir(root: Path, step: int) -> Path:
+    return root / f"step-{step:06d}"
+
+
+def latest_checkpoint(root: str | Path) -> Path | None:
+    root = Path(root)
+    if not root.exists():
+        return None
+    done = sorted(p for p in root.glob("step-*") if p.is_dir() and not p.name.endswith(".tmp")
+                  and (p / STATE_FILE).exists())
+    return done[-1] if done else None
+
+
+def global_rng_state() -> dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+
+
+def set_global_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+
+
+def write_rank_rng(tmp: Path, rank: int, generator: torch.Generator) -> None:
+    tmp.mkdir(parents=True, exist_ok=True)
+    torch.save({"generator": generator.get_state()}, tmp / f"rng-rank{rank}.pt")
+
+
+def finish_checkpoint(root: Path, step: int, state: dict[str, Any], save_model: Any, keep: int) -> Path:
+    """Main process: write the policy and trainer state into the tmp dir, rename it, prune old ones."""
+    final = step_dir(root, step)
+    tmp = final.with_name(final.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    save_model(tmp / "policy")
+    torch.save({**state, "global_rng": global_rng_state()}, tmp / STATE_FILE)
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    done = sorted(p for p in root.glob("step-*") if p.is_dir() and not p.name.endswith(".tmp"))
+    for old in done[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_trainer_state(path: Path) -> dict[str, Any]:
+    return torch.load(path / STATE_FILE, map_location="cpu", weights_only=False)
+
+
+def load_rank_rng(path: Path, rank: int, generator: torch.Generator) -> None:
+    file = path / f"rng-rank{rank}.pt"
+    if not file.exists():
+        raise FileNotFoundError(f"checkpoint {path} has no RNG state for process {rank}; it was written by a run "
+                                "with fewer processes (resume with the same number of processes)")
+    generator.set_state(torch.load(file, map_location="cpu", weights_only=False)["generator"])

@@ -1,0 +1,115 @@
+"""``rods train``, ``rods sft`` and ``rods evaluate`` (registered through the ``rods_gym.commands`` entry points)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+CONFIG_HELP = "YAML config file or shipped config name (default, chat_tiny, ...); default: the shipped default"
+
+
+def _add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default="default", help=CONFIG_HELP)
+    p.add_argument("--model", default=None, help="policy: 'tiny' (embedded) or a hub name / local path")
+    p.add_argument("--env", default=None, help="environment id (e.g. rods/ToolChain-Compact-v0)")
+    p.add_argument("--run-dir", default=None, help="output directory (default runs/<name>)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config field, e.g. --set grpo.lr=1e-4 (repeatable)")
+    p.add_argument("extra", nargs="*", metavar="KEY=VALUE", help="more overrides, e.g. steps=50 rollout.group_size=4")
+
+
+def load_from_args(args: argparse.Namespace) -> Any:
+    from .config import load_config
+
+    overrides = list(args.overrides) + list(args.extra)
+    if args.model:
+        overrides.append(f"policy.model={args.model}")
+    if args.env:
+        overrides.append(f"data.env_id={args.env}")
+    if args.run_dir:
+        overrides.append(f"run_dir={args.run_dir}")
+    return load_config(args.config, overrides)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="SFT warm start + GRPO training (no arguments: the default CPU demo job)")
+    _add_config_args(p)
+    p.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its latest checkpoint")
+    p.set_defaults(func=run_train)
+
+    p = sub.add_parser("sft", help="SFT on oracle demonstrations; saves the policy and reports held-out success")
+    _add_config_args(p)
+    p.set_defaults(func=run_sft)
+
+    p = sub.add_parser("evaluate", help="greedy success/progress of a policy on task splits")
+    _add_config_args(p)
+    p.add_argument("--policy", default=None, help="saved policy directory (default: --model / the config's policy)")
+    p.add_argument("--splits", default=None, help="comma-separated splits or JSONL paths (default: eval.splits)")
+    p.add_argument("--tasks", type=int, default=None, help="tasks per split (default: eval.tasks)")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.set_defaults(func=run_evaluate)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from .pipeline import run_training
+
+    cfg = load_from_args(args)
+    summary = run_training(cfg, resume=args.resume)
+    return 0 if summary else 1
+
+
+def run_sft(args: argparse.Namespace) -> int:
+    from .pipeline import env_mode, make_accelerator, warm_start
+    from .config import save_config
+    from .evaluation import evaluate
+    from .loop import env_kwargs, rollout_settings
+    from .policy import make_policy
+    from .tasks import load_tasks, spread
+
+    cfg = load_from_args(args)
+    accelerator = make_accelerator()
+    run_dir = Path(cfg.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, run_dir / "config.yaml")
+    seeds = load_tasks(cfg.data.train_split, cfg.data)
+    policy = make_policy(cfg.policy, env_mode(cfg.data.env_id))
+    warm_start(cfg, policy, seeds, accelerator, run_dir, False, print)
+    if accelerator.is_main_process:
+        for split in cfg.eval.splits:
+            tasks = spread(load_tasks(split, cfg.data), cfg.eval.tasks)
+            res = evaluate(policy, tasks, cfg.data.env_id, settings=rollout_settings(cfg),
+                           batch_episodes=cfg.eval.batch_episodes, env_kwargs=env_kwargs(cfg))
+            print(f"held-out {split}: success {res['success']:.3f} progress {res['progress']:.3f} ({len(tasks)} tasks)")
+        print(f"saved the policy to {run_dir / 'sft_policy'}")
+    return 0
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    from .evaluation import evaluate
+    from .loop import env_kwargs, rollout_settings
+    from .pipeline import env_mode
+    from .policy import load_policy, make_policy
+    from .tasks import load_tasks, spread
+
+    cfg = load_from_args(args)
+    if args.policy:
+        policy = load_policy(args.policy, cfg.policy.local_files_only, cfg.policy.dtype)
+    else:
+        policy = make_policy(cfg.policy, env_mode(cfg.data.env_id))
+    splits = args.splits.split(",") if args.splits else list(cfg.eval.splits)
+    n = args.tasks if args.tasks is not None else cfg.eval.tasks
+    results = {}
+    for split in splits:
+        tasks = spread(load_tasks(split, cfg.data), n)
+        results[split] = evaluate(policy, tasks, cfg.data.env_id, settings=rollout_settings(cfg),
+                                  batch_episodes=cfg.eval.batch_episodes, env_kwargs=env_kwargs(cfg))
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        for split, res in results.items():
+            depths = "  ".join(f"d{d} {v['success']:.2f}" for d, v in res["per_depth"].items())
+            print(f"{split:6s} success {res['success']:.3f}  progress {res['progress']:.3f}  turns {res['turns']:.1f}  "
+                  f"errors/action {res['error_rate']:.3f}  ({res['episodes']} tasks)  {depths}")
+    return 0

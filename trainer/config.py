@@ -1,0 +1,282 @@
+"""The training configuration: frozen dataclasses, YAML files and dotted command-line overrides.
+
+``TrainConfig`` groups one dataclass per concern (policy, data, rollout, GRPO, SFT,
+evaluation). ``load_config(path, overrides)`` reads a YAML file (sections named like the
+fields) and applies ``section.field=value`` overrides whose values are parsed as YAML
+(``grpo.lr=1e-4``, ``eval.splits=[dev,test]``). Unknown keys and wrongly typed values are
+errors that name the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import yaml
+
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """The policy: ``tiny`` (the embedded Llama built from this config) or a hub name / local path."""
+
+    model: str = "tiny"
+    local_files_only: bool = True  # never download at run time; set false to allow hub downloads
+    dtype: str = "float32"  # float32 | bfloat16 | float16
+    hidden_size: int = 128
+    intermediate_size: int = 512
+    num_layers: int = 2
+    num_heads: int = 4
+    max_positions: int = 1024
+    init_seed: int = 0
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Environments and task sets. Splits are names (train/dev/test/ood) or JSONL paths; when a
+    named split is not built yet, ``fallback_difficulty`` sampler tasks stand in (seeded, disjoint)."""
+
+    env_id: str = "rods/ToolChain-Compact-v0"
+    source: str = "fixed"  # a name from rods_gym.trainer.sources.available_sources()
+    source_options: Mapping[str, Any] = field(default_factory=dict)
+    train_split: str = "train"
+    fallback_difficulty: str = "easy"
+    fallback_train_tasks: int = 400
+    fallback_eval_tasks: int = 200
+    env_max_steps: int | None = None  # None: the env's default (8 + 3 calls + 2 turns)
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    group_size: int = 8  # G rollouts per task
+    tasks_per_step: int = 16
+    temperature: float = 1.0
+    max_action_tokens: int = 24
+    max_turns: int = 12
+    max_context: int = 1024  # episodes whose context would exceed this stop (counted as truncated)
+    turn_slack: int | None = None  # if set, an episode may take the oracle's action count + this many actions
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    lr: float = 2e-4
+    weight_decay: float = 0.0
+    adam_betas: tuple[float, float] = (0.9, 0.99)
+    adam_eps: float = 1e-8
+    warmup_steps: int = 0
+    scheduler: str = "constant"  # constant | linear | cosine (over TrainConfig.steps)
+    scale_rewards: str = "group"  # group: (R - mean) / (std + eps); none: Dr.GRPO (R - mean)
+    aggregation: str = "token"  # token | sequence | dr_grpo (sum / (n_seqs * max completion tokens))
+    eps_low: float = 0.2
+    eps_high: float = 0.28
+    beta: float = 0.0  # KL (k3) coefficient to the frozen reference policy; 0 disables it
+    epochs: int = 1  # inner epochs over each step's rollouts
+    minibatches: int = 1  # optimizer steps per epoch
+    micro_batch_size: int = 16  # sequences per forward/backward (gradient accumulation, sorted by length)
+    max_grad_norm: float = 1.0
+    adv_eps: float = 1e-4
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    enabled: bool = True
+    demos: int = 400  # oracle demonstrations from the train split (at most its size)
+    steps: int = 150
+    batch_size: int = 32
+    lr: float = 1e-3
+    warmup_steps: int = 10
+    max_grad_norm: float = 1.0
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    splits: tuple[str, ...] = ("test",)
+    tasks: int = 200  # per split (first N tasks)
+    every: int = 0  # GRPO steps between evaluations (0: only before and after)
+    batch_episodes: int = 256
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    name: str = "default"
+    run_dir: str = "runs/default"
+    seed: int = 0
+    steps: int = 1000  # GRPO steps (upper bound; time_limit_min may stop earlier)
+    time_limit_min: float = 3.0  # wall-clock budget for the GRPO phase (0: no limit)
+    log_every: int = 1
+    checkpoint_every: int = 25
+    keep_checkpoints: int = 2
+    tensorboard: bool = True
+    progress_bar: bool = True
+    threads: int = 0  # torch CPU threads per process (0: torch's default)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def __post_init__(self) -> None:
+        check_config(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(dataclasses.asdict(self))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+CHOICES = {
+    ("grpo", "scale_rewards"): ("group", "none"),
+    ("grpo", "aggregation"): ("token", "sequence", "dr_grpo"),
+    ("grpo", "scheduler"): ("constant", "linear", "cosine"),
+    ("policy", "dtype"): ("float32", "bfloat16", "float16"),
+}
+
+
+def check_config(cfg: TrainConfig) -> None:
+    for (section, name), allowed in CHOICES.items():
+        value = getattr(getattr(cfg, section), name)
+        if value not in allowed:
+            raise ValueError(f"config {section}.{name}={value!r}: choose one of {allowed}")
+    positive = [("rollout", "group_size"), ("rollout", "tasks_per_step"), ("rollout", "max_action_tokens"),
+                ("rollout", "max_turns"), ("rollout", "max_context"), ("grpo", "epochs"), ("grpo", "minibatches"),
+                ("grpo", "micro_batch_size"), ("sft", "batch_size"), ("eval", "batch_episodes")]
+    for section, name in positive:
+        if getattr(getattr(cfg, section), name) < 1:
+            raise ValueError(f"config {section}.{name} must be >= 1")
+    if cfg.rollout.temperature <= 0:
+        raise ValueError("config rollout.temperature must be > 0 (evaluation is greedy by itself)")
+    if not (0 <= cfg.grpo.eps_low < 1 and cfg.grpo.eps_high >= 0):
+        raise ValueError("config grpo.eps_low must lie in [0, 1) and grpo.eps_high be >= 0")
+    if cfg.steps < 0 or cfg.checkpoint_every < 0 or cfg.keep_checkpoints < 1:
+        raise ValueError("config steps and checkpoint_every must be >= 0 and keep_checkpoints >= 1")
+
+
+# -- building from mappings, YAML and overrides ------------------------------------------
+def _convert(tp: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, Mapping):
+            raise ValueError(f"config {where}: expected a mapping, got {value!r}")
+        return from_dict(tp, value, where)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _convert(inner[0], value, where)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"config {where}: expected a list, got {value!r}")
+        args = typing.get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_convert(args[0], v, where) for v in value)
+        if len(args) != len(value):
+            raise ValueError(f"config {where}: expected {len(args)} values, got {len(value)}")
+        return tuple(_convert(a, v, where) for a, v in zip(args, value))
+    if origin is not None and issubclass(origin, Mapping) or tp is Mapping:
+        if not isinstance(value, Mapping):
+            raise ValueError(f"config {where}: expected a mapping, got {value!r}")
+        return dict(value)
+    if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if tp is float and isinstance(value, str) and _looks_numeric(value):
+        return float(value)  # YAML 1.1 reads 1e-4 (no dot) as a string
+    if tp in (int, str, bool) and not (isinstance(value, tp) and not (tp is int and isinstance(value, bool))):
+        raise ValueError(f"config {where}: expected {tp.__name__}, got {value!r}")
+    if tp is float and not isinstance(value, float):
+        raise ValueError(f"config {where}: expected a number, got {value!r}")
+    return value
+
+
+def from_dict(cls: type, data: Mapping[str, Any], where: str = "") -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(data) - names
+    if unknown:
+        raise ValueError(f"config {where or 'top level'}: unknown key(s) {sorted(unknown)}; known: {sorted(names)}")
+    kwargs = {k: _convert(hints[k], v, f"{where}.{k}" if where else k) for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = data
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+        if not isinstance(node, dict):
+            raise ValueError(f"override {key!r}: {p!r} is not a section")
+    node[parts[-1]] = value
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"override {item!r} must look like section.key=value (e.g. grpo.lr=1e-4)")
+        key, raw = item.split("=", 1)
+        value = yaml.safe_load(raw) if raw.strip() else ""
+        if isinstance(value, str) and _looks_numeric(raw):
+            value = float(raw)
+        set_dotted(out, key.strip(), value)
+    return out
+
+
+def _looks_numeric(raw: str) -> bool:
+    try:
+        float(raw)
+        return True
+    except ValueError:
+        return False
+
+
+def merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in extra.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping) and k != "source_options":
+            out[k] = merge(dict(out[k]), v)
+        else:
+            out[k] = v
+    return out
+
+
+def resolve_config_path(path: str | Path) -> Path:
+    """A config file path, or the name of a shipped config (``default``, ``chat_tiny``, ...)."""
+    p = Path(path)
+    if p.exists():
+        return p
+    shipped = CONFIG_DIR / f"{path}.yaml"
+    if shipped.exists():
+        return shipped
+    names = sorted(q.stem for q in CONFIG_DIR.glob("*.yaml"))
+    raise FileNotFoundError(f"config {str(path)!r} is neither a file nor a shipped config ({', '.join(names)})")
+
+
+def load_config(path: str | Path | None = None, overrides: Sequence[str] | Mapping[str, Any] = ()) -> TrainConfig:
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = resolve_config_path(path)
+        loaded = yaml.safe_load(p.read_text()) or {}
+        if not isinstance(loaded, Mapping):
+            raise ValueError(f"config file {p}: the top level must be a mapping")
+        data = dict(loaded)
+    extra = parse_overrides(overrides) if not isinstance(overrides, Mapping) else overrides
+    data = merge(data, extra)
+    if "run_dir" not in data and "name" in data:
+        data["run_dir"] = f"runs/{data['name']}"
+    return from_dict(TrainConfig, data)
+
+
+def save_config(cfg: TrainConfig, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))

@@ -1,0 +1,140 @@
+"""Batched sampling for multi-turn episodes with one KV cache kept across turns.
+
+A :class:`DecodeSession` holds the KV cache of every live episode of a rollout batch. Each
+turn, ``extend`` feeds only the ids each episode gained since the last turn (the environment's
+new messages), left-padded within that chunk; ``sample`` then draws one action per episode,
+token by token. Padding inside the cache is masked out and position ids follow each row's
+own count of real tokens, so every row computes exactly what it would alone, and nothing is
+ever re-encoded. Finished episodes leave the batch (``keep``).
+
+Each token is drawn from ``softmax(logits / temperature)`` with an explicit
+``torch.Generator`` and its log-prob under that same distribution is recorded; the GRPO
+update recomputes ``log_softmax(logits / temperature)`` of the stored ids, which equals it up
+to float rounding (tests/test_rollout.py checks 1e-4 in fp32).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+from transformers import PreTrainedModel
+
+
+@dataclass
+class Generated:
+    ids: list[int]
+    logprobs: list[float]
+    stopped: bool  # ended with a stop token (else: hit the length limit)
+
+
+def _cache_kwarg(model: PreTrainedModel) -> str:
+    """``cache`` in transformers >= 5.2x, ``past_key_values`` before."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def _cache_of(out: Any) -> Any:
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
+
+
+class DecodeSession:
+    """The KV cache of a batch of episodes; rows are episodes, in the order given at creation."""
+
+    def __init__(self, model: PreTrainedModel, pad_id: int, n_rows: int) -> None:
+        self.model = model
+        self.pad_id = pad_id
+        self.device = next(model.parameters()).device
+        self.key = _cache_kwarg(model)
+        self.cache: Any = None
+        self.mask = torch.zeros((n_rows, 0), dtype=torch.long, device=self.device)
+        self.next_pos = torch.zeros(n_rows, dtype=torch.long, device=self.device)
+        self.pending: list[list[int]] = [[] for _ in range(n_rows)]  # sampled ids not yet fed
+        self.logits: torch.Tensor | None = None  # [rows, vocab] next-token logits
+
+    @property
+    def rows(self) -> int:
+        return self.mask.shape[0]
+
+    def _forward(self, ids: torch.Tensor, chunk_mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        self.mask = torch.cat([self.mask, chunk_mask], dim=1)
+        kwargs = {} if self.cache is None else {self.key: self.cache}
+        out = self.model(input_ids=ids, attention_mask=self.mask, position_ids=positions, use_cache=True,
+                         logits_to_keep=1, **kwargs)
+        self.cache = _cache_of(out)
+        return out.logits[:, -1]
+
+    @torch.no_grad()
+    def extend(self, new_ids: Sequence[Sequence[int]]) -> None:
+        """Feed each row's new context ids (after its pending sampled id); every row needs at least one."""
+        chunks = [list(p) + list(n) for p, n in zip(self.pending, new_ids)]
+        if len(chunks) != self.rows or any(not c for c in chunks):
+            raise ValueError("extend() needs one non-empty chunk per row")
+        width = max(len(c) for c in chunks)
+        ids = torch.full((self.rows, width), self.pad_id, dtype=torch.long)
+        chunk_mask = torch.zeros((self.rows, width), dtype=torch.long)
+        for i, c in enumerate(chunks):
+            ids[i, width - len(c):] = torch.as_tensor(c, dtype=torch.long)
+            chunk_mask[i, width - len(c):] = 1
+        ids, chunk_mask = ids.to(self.device), chunk_mask.to(self.device)
+        positions = self.next_pos[:, None] + (chunk_mask.cumsum(1) - 1).clamp(min=0)
+        self.logits = self._forward(ids, chunk_mask, positions)
+        self.next_pos = self.next_pos + chunk_mask.sum(1)
+        self.pending = [[] for _ in range(self.rows)]
+
+    @torch.no_grad()
+    def sample(self, *, stop_ids: Sequence[int], max_new_tokens: int, temperature: float = 1.0,
+               generator: torch.Generator | None = None, greedy: bool = False) -> list[Generated]:
+        """One action per row. The last sampled id of each row stays pending until the next ``extend``."""
+        if self.logits is None:
+            raise RuntimeError("call extend() before sample()")
+        if not greedy and generator is None:
+            raise ValueError("sampling needs an explicit torch.Generator (no global RNG)")
+        stops = torch.as_tensor(sorted(set(stop_ids)), dtype=torch.long, device=self.device)
+        results = [Generated([], [], False) for _ in range(self.rows)]
+        active = torch.ones(self.rows, dtype=torch.bool, device=self.device)
+        for t in range(max_new_tokens):
+            logp = torch.log_softmax(self.logits.float() / temperature, dim=-1)
+            tok = logp.argmax(dim=-1) if greedy else torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)
+            tok_lp = logp.gather(1, tok[:, None]).squeeze(1)
+            finished = torch.isin(tok, stops)
+            for i in active.nonzero().squeeze(1).tolist():
+                results[i].ids.append(int(tok[i]))
+                results[i].logprobs.append(float(tok_lp[i]))
+                results[i].stopped = bool(finished[i])
+            still = active & ~finished
+            if t == max_new_tokens - 1 or not bool(still.any()):
+                break
+            # feed the sampled ids of rows still generating; the others get a masked hole
+            feed = torch.where(still, tok, torch.full_like(tok, self.pad_id))
+            self.logits = self._forward(feed[:, None], still.long()[:, None], self.next_pos[:, None])
+            self.next_pos = self.next_pos + still.long()
+            active = still
+        for i, r in enumerate(results):
+            self.pending[i] = [r.ids[-1]]
+        self.logits = None
+        return results
+
+    def keep(self, rows: Sequence[int]) -> None:
+        """Keep only these rows (in this order); the others' episodes are over."""
+        if list(rows) == list(range(self.rows)):
+            return
+        idx = torch.as_tensor(list(rows), dtype=torch.long, device=self.device)
+        if self.cache is not None:
+            self.cache.batch_select_indices(idx)
+        self.mask, self.next_pos = self.mask[idx], self.next_pos[idx]
+        self.pending = [self.pending[i] for i in rows]
+
+
+def generate_actions(model: PreTrainedModel, prompts: Sequence[Sequence[int]], *, stop_ids: Sequence[int], pad_id: int,
+                     max_new_tokens: int, temperature: float = 1.0, generator: torch.Generator | None = None,
+                     greedy: bool = False) -> list[Generated]:
+    """One generated action per prompt (a single-turn session)."""
+    if not prompts:
+        return []
+    session = DecodeSession(model, pad_id, len(prompts))
+    session.extend(prompts)
+    return session.sample(stop_ids=stop_ids, max_new_tokens=max_new_tokens, temperature=temperature,
+                          generator=generator, greedy=greedy)

@@ -1,0 +1,338 @@
+"""The GRPO training loop (CleanRL style: one function, top to bottom).
+
+Per step: the task source names the step's tasks; every process rolls out G episodes of its
+share of them; returns are gathered so the source observes every group (and stays identical
+on every process); advantages are computed within each group; the policy is updated for
+``grpo.epochs`` epochs of ``grpo.minibatches`` optimizer steps, each accumulated over
+micro-batches, with gradients averaged across processes by ``accelerate``; metrics go to
+JSONL/TensorBoard; checkpoints and evaluations happen on schedule.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from contextlib import nullcontext
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+from accelerate import Accelerator
+from accelerate.utils import gather_object
+from tqdm.auto import tqdm
+
+from rods_gym.task import TaskSpec
+
+from .checkpoint import (finish_checkpoint, latest_checkpoint, load_rank_rng, load_trainer_state,
+                         set_global_rng_state, write_rank_rng)
+from .config import TrainConfig
+from .evaluation import summarize
+from .grpo import Batch, LossSettings, grpo_loss, group_advantages, make_batch, token_logprobs
+from .metrics import MetricsLogger
+from .policy import Policy, load_policy, save_policy
+from .rollout import RolloutEngine, RolloutSettings, Trajectory
+from .sources import make_source, source_env_options
+from .task_source import GroupResult, TaskSource
+
+
+@dataclass
+class LoopResult:
+    steps_done: int
+    history: list[dict[str, Any]] = field(default_factory=list)
+    evals: list[dict[str, Any]] = field(default_factory=list)
+    stopped_by_time: bool = False
+
+
+def rollout_settings(cfg: TrainConfig) -> RolloutSettings:
+    r = cfg.rollout
+    return RolloutSettings(max_action_tokens=r.max_action_tokens, max_turns=r.max_turns, max_context=r.max_context,
+                           temperature=r.temperature, turn_slack=r.turn_slack)
+
+
+def env_kwargs(cfg: TrainConfig) -> dict[str, Any]:
+    return {} if cfg.data.env_max_steps is None else {"max_steps": cfg.data.env_max_steps}
+
+
+def lr_lambda(cfg: TrainConfig) -> Callable[[int], float]:
+    g, total = cfg.grpo, max(cfg.steps, 1)
+
+    def f(step: int) -> float:
+        if step < g.warmup_steps:
+            return (step + 1) / g.warmup_steps
+        frac = min((step - g.warmup_steps) / max(total - g.warmup_steps, 1), 1.0)
+        if g.scheduler == "linear":
+            return 1.0 - frac
+        if g.scheduler == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * frac))
+        return 1.0
+
+    return f
+
+
+def _light(tr: Trajectory) -> Trajectory:
+    """A trajectory without its token stream (for gathering summaries across processes)."""
+    out = copy.copy(tr)
+    out.transcript = type(tr.transcript)()
+    return out
+
+
+def evaluate_sets(engine: RolloutEngine, eval_sets: Mapping[str, Sequence[TaskSpec]], accelerator: Accelerator,
+                  batch_episodes: int, model: Any) -> dict[str, dict[str, Any]]:
+    """Greedy evaluation of every set, split across processes, summarized on all of them."""
+    rank, world = accelerator.process_index, accelerator.num_processes
+    out = {}
+    for name, tasks in eval_sets.items():
+        mine = list(tasks)[rank::world]
+        trajs: list[Trajectory] = []
+        for start in range(0, len(mine), batch_episodes):
+            chunk, _ = engine.run(mine[start:start + batch_episodes], 1, greedy=True, seed=start, model=model)
+            trajs.extend(_light(t) for t in chunk)
+        out[name] = summarize(gather_object(trajs) if world > 1 else trajs)
+    return out
+
+
+def reference_logprobs(ref_model: torch.nn.Module, batch: Batch, micro: int, temperature: float) -> torch.Tensor:
+    device = next(ref_model.parameters()).device
+    parts = []
+    with torch.no_grad():
+        for s in range(0, len(batch), micro):
+            idx = torch.arange(s, min(s + micro, len(batch)))
+            sub = batch.select(idx)
+            lp, _ = token_logprobs(ref_model, sub.input_ids.to(device), sub.attention_mask.to(device), temperature)
+            full = torch.zeros(len(idx), batch.old_logp.shape[1])
+            full[:, : lp.shape[1]] = lp.cpu()
+            parts.append(full)
+    return torch.cat(parts)
+
+
+def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, run_dir: str | Path,
+               accelerator: Accelerator, eval_sets: Mapping[str, Sequence[TaskSpec]] | None = None,
+               resume: bool = False, source: TaskSource | None = None) -> LoopResult:
+    run_dir = Path(run_dir)
+    ckpt_root = run_dir / "checkpoints"
+    rank, world = accelerator.process_index, accelerator.num_processes
+    main = accelerator.is_main_process
+    r, g = cfg.rollout, cfg.grpo
+    if r.tasks_per_step % world:
+        raise ValueError(f"rollout.tasks_per_step={r.tasks_per_step} must be divisible by the number of processes ({world})")
+    eval_sets = dict(eval_sets or {})
+
+    # -- state: source, optimizer, scheduler, generator; restored from the latest checkpoint -----
+    source = source if source is not None else make_source(cfg.data.source, cfg, seeds, rng_seed=cfg.seed)
+    generator = torch.Generator(device=policy.device).manual_seed(cfg.seed * 1_000_003 + rank)
+    start_step, history, evals = 0, [], []
+    ckpt = latest_checkpoint(ckpt_root) if resume else None
+    if ckpt is not None:
+        policy.model.load_state_dict(load_policy(ckpt / "policy", dtype=cfg.policy.dtype).model.state_dict())
+    ref_model = None
+    if g.beta > 0:
+        ref_dir = run_dir / "reference"
+        if ckpt is None and main:
+            save_policy(policy, ref_dir)
+        accelerator.wait_for_everyone()
+        ref_model = load_policy(ref_dir, dtype=cfg.policy.dtype).model.to(policy.device).eval()
+        ref_model.requires_grad_(False)
+    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=g.lr, betas=tuple(g.adam_betas), eps=g.adam_eps,
+                                  weight_decay=g.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
+    if ckpt is not None:
+        state = load_trainer_state(ckpt)
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        source.load_state_dict(state["source"])
+        set_global_rng_state(state["global_rng"])
+        load_rank_rng(ckpt, rank, generator)
+        start_step, history, evals = int(state["step"]), list(state["history"]), list(state["evals"])
+    model, optimizer = accelerator.prepare(policy.model, optimizer)
+    optimizer.zero_grad(set_to_none=True)
+    unwrapped = accelerator.unwrap_model(model)
+    engine = RolloutEngine(policy, source_env_id(source, cfg), rollout_settings(cfg), source_env_kwargs(source, cfg))
+    # evaluation always uses the plain environment (a source may train on, e.g., an augmented twin)
+    same_env = engine.env_id == cfg.data.env_id and engine.env_kwargs == env_kwargs(cfg)
+    eval_engine = engine if same_env else RolloutEngine(policy, cfg.data.env_id, rollout_settings(cfg), env_kwargs(cfg))
+    logger = None
+    if main:
+        logger = MetricsLogger(run_dir / "metrics.jsonl", run_dir / "tensorboard" if cfg.tensorboard else None)
+        logger.rewrite(log_records(history, evals))
+    loss_settings = LossSettings(eps_low=g.eps_low, eps_high=g.eps_high, beta=g.beta, aggregation=g.aggregation,
+                                 temperature=r.temperature, max_len=r.max_action_tokens * r.max_turns)
+
+    def save(step: int) -> None:
+        tmp = (ckpt_root / f"step-{step:06d}").with_name(f"step-{step:06d}.tmp")
+        write_rank_rng(tmp, rank, generator)
+        accelerator.wait_for_everyone()
+        if main:
+            state = {"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                     "source": source.state_dict(), "history": history, "evals": evals, "config": cfg.to_dict(),
+                     "world_size": world}
+            finish_checkpoint(ckpt_root, step, state, lambda p: save_policy(Policy(unwrapped, policy.tokenizer,
+                              policy.eos_id, policy.stop_ids, policy.pad_id, policy.name), p), cfg.keep_checkpoints)
+        accelerator.wait_for_everyone()
+
+    t_start = time.perf_counter()
+    bar = tqdm(total=cfg.steps, initial=start_step, desc="grpo", disable=not (main and cfg.progress_bar),
+               dynamic_ncols=True)
+    result = LoopResult(steps_done=start_step, history=history, evals=evals)
+    step = start_step
+    for step in range(start_step, cfg.steps):
+        if cfg.time_limit_min > 0:
+            out_of_time = torch.tensor([float(time.perf_counter() - t_start > 60.0 * cfg.time_limit_min)])
+            if world > 1:  # every process must stop at the same step
+                out_of_time = accelerator.reduce(out_of_time, reduction="sum")
+            if float(out_of_time) > 0:
+                result.stopped_by_time = True
+                break
+        t0 = time.perf_counter()
+        # 1. tasks and rollouts (this process's share of the tasks)
+        tasks = source.next_batch(step, r.tasks_per_step)
+        options = [source_env_options(source, t) for t in tasks]
+        mine = list(range(rank, len(tasks), world))
+        trajs, rstats = engine.run([tasks[i] for i in mine], r.group_size, generator=generator,
+                                   seed=(step * world + rank) * 100_000, env_options=[options[i] for i in mine],
+                                   model=unwrapped)
+        for tr in trajs:
+            tr.task_index = mine[tr.task_index]
+        returns = torch.tensor([tr.ret for tr in trajs], dtype=torch.float32).view(len(mine), r.group_size)
+        advantages = group_advantages(returns, g.scale_rewards, g.adv_eps).view(-1)
+
+        # 2. every process sees every group (the source must stay identical across processes)
+        light = [_light(tr) for tr in trajs]
+        all_trajs = gather_object(light) if world > 1 else light
+        groups: list[list[Trajectory]] = [[] for _ in tasks]
+        for tr in all_trajs:
+            groups[tr.task_index].append(tr)
+        source.observe(step, [GroupResult(task=tasks[i], returns=tuple(t.ret for t in grp),
+                                          successes=tuple(t.success for t in grp), env_options=options[i])
+                              for i, grp in enumerate(groups)])
+
+        # 3. the update
+        t1 = time.perf_counter()
+        batch = make_batch([tr.transcript.ids for tr in trajs], [tr.transcript.action_mask for tr in trajs],
+                           [tr.transcript.logprobs for tr in trajs], advantages.tolist(), policy.pad_id)
+        if ref_model is not None:
+            batch.ref_logp = reference_logprobs(ref_model, batch, g.micro_batch_size, r.temperature)
+        sums = {"tokens": 0.0, "clip_low": 0.0, "clip_high": 0.0, "entropy": 0.0, "kl": 0.0, "kl_old": 0.0,
+                "ratio": 0.0}
+        losses, grad_norms = [], []
+        model.train()
+        for epoch in range(g.epochs):
+            order = np.random.default_rng([cfg.seed, step, epoch]).permutation(len(batch))
+            for mb in np.array_split(order, g.minibatches):
+                mb_batch = batch.select(mb)
+                local = torch.tensor([float(mb_batch.action_mask.sum()), float(len(mb))])
+                totals = accelerator.reduce(local, reduction="sum") if world > 1 else local
+                n_tokens, n_seqs = float(totals[0]) / world, float(totals[1]) / world
+                # micro-batches of similar lengths pad little; the global normalizers keep the sum exact
+                by_len = sorted(mb.tolist(), key=lambda i: int(batch.attention_mask[i].sum()))
+                micro = [by_len[s:s + g.micro_batch_size] for s in range(0, len(by_len), g.micro_batch_size)]
+                mb_loss = 0.0
+                for k, idx in enumerate(micro):
+                    sub = batch.select(idx)
+                    sync = k == len(micro) - 1
+                    ctx = accelerator.no_sync(model) if (world > 1 and not sync) else nullcontext()
+                    with ctx:
+                        loss, st = grpo_loss(model, sub, loss_settings, n_tokens=n_tokens, n_seqs=n_seqs)
+                        accelerator.backward(loss)
+                    mb_loss += float(loss.detach())
+                    for key in sums:
+                        sums[key] += st[key]
+                grad_norms.append(float(accelerator.clip_grad_norm_(model.parameters(), g.max_grad_norm)))
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                losses.append(mb_loss)
+        scheduler.step()
+        model.eval()
+        t2 = time.perf_counter()
+
+        # 4. metrics (over all processes)
+        stat_vec = torch.tensor([sums[k] for k in sums] + [rstats.gen_time, rstats.env_time, float(rstats.gen_tokens),
+                                                           float(batch.attention_mask.sum()) * g.epochs,
+                                                           float(np.mean(losses)), float(np.mean(grad_norms))])
+        if world > 1:
+            stat_vec = accelerator.reduce(stat_vec, reduction="sum")
+        tot = dict(zip(list(sums) + ["gen_time", "env_time", "gen_tokens", "update_tokens", "loss", "grad_norm"],
+                       stat_vec.tolist()))
+        rets = np.array([t.ret for t in all_trajs])
+        stds = [float(np.std([t.ret for t in grp])) for grp in groups]
+        actions = sum(t.turns for t in all_trajs)
+        ntok = max(tot["tokens"], 1.0)
+        record = {
+            "step": step + 1,
+            "reward_mean": float(rets.mean()), "reward_std": float(rets.std()),
+            "zero_std_frac": float(np.mean([s == 0.0 for s in stds])),
+            "success": float(np.mean([t.success for t in all_trajs])),
+            "progress": float(np.mean([t.progress for t in all_trajs])),
+            "turns": float(np.mean([t.turns for t in all_trajs])),
+            "tool_error_rate": sum(t.errors for t in all_trajs) / max(actions, 1),
+            "truncated": float(np.mean([t.truncated for t in all_trajs])),
+            # each process's loss is its share of the global normalizer, so the global loss is their mean
+            "loss": tot["loss"] / world, "grad_norm": tot["grad_norm"] / world,
+            "kl": tot["kl"] / ntok, "kl_old": tot["kl_old"] / ntok,
+            "clip_frac": (tot["clip_low"] + tot["clip_high"]) / ntok, "clip_low": tot["clip_low"] / ntok,
+            "clip_high": tot["clip_high"] / ntok, "entropy": tot["entropy"] / ntok, "ratio": tot["ratio"] / ntok,
+            "gen_tokens": int(tot["gen_tokens"]),
+            "rollout_tokens_per_s": tot["gen_tokens"] / max(tot["gen_time"] / world, 1e-9),
+            "update_tokens_per_s": tot["update_tokens"] / max(t2 - t1, 1e-9),
+            "tokens_per_s": (tot["gen_tokens"] + tot["update_tokens"]) / max(t2 - t0, 1e-9),
+            "time_gen": tot["gen_time"] / world, "time_env": tot["env_time"] / world, "time_update": t2 - t1,
+            "time_step": t2 - t0, "lr": float(scheduler.get_last_lr()[0]),
+            "episodes": len(all_trajs), "extra_rollouts": int(getattr(source, "extra_rollouts", 0)),
+        }
+        record.update({f"source/{k}": float(v) for k, v in source.telemetry().items()})
+        history.append(record)
+        if main and logger is not None and (step + 1) % cfg.log_every == 0:
+            logger.log(record, step + 1)
+        bar.update(1)
+        bar.set_postfix(reward=f"{record['reward_mean']:.3f}", success=f"{record['success']:.2f}",
+                        s_per_step=f"{record['time_step']:.1f}")
+
+        # 5. periodic evaluation and checkpoint
+        if eval_sets and cfg.eval.every and (step + 1) % cfg.eval.every == 0:
+            res = evaluate_sets(eval_engine, eval_sets, accelerator, cfg.eval.batch_episodes, unwrapped)
+            evals.append({"step": step + 1, **{k: _scalars(v) for k, v in res.items()}})
+            if main and logger is not None:
+                for rec in eval_records(evals[-1]):
+                    logger.log(rec, step + 1, prefix=f"eval_{rec['split']}")
+        if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
+            save(step + 1)
+        result.steps_done = step + 1
+    bar.close()
+    if result.steps_done > start_step and not (cfg.checkpoint_every and result.steps_done % cfg.checkpoint_every == 0):
+        save(result.steps_done)
+    if logger is not None:
+        logger.close()
+    policy.model = unwrapped
+    return result
+
+
+def _scalars(summary: Mapping[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in summary.items() if isinstance(v, (int, float))}
+
+
+def source_env_id(source: TaskSource, cfg: TrainConfig) -> str:
+    """The env the source asks for (e.g. the augmented twin), else ``data.env_id``."""
+    return str(getattr(source, "env_id", None) or cfg.data.env_id)
+
+
+def source_env_kwargs(source: TaskSource, cfg: TrainConfig) -> dict[str, Any]:
+    return {**env_kwargs(cfg), **dict(getattr(source, "env_kwargs", None) or {})}
+
+
+def eval_records(entry: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The log lines of one entry of ``evals`` (one per split)."""
+    return [{"step": entry["step"], "split": k, **v} for k, v in entry.items() if k != "step"]
+
+
+def log_records(history: Sequence[Mapping[str, Any]], evals: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Training records and evaluation records in step order (what metrics.jsonl holds)."""
+    by_step: dict[int, list[dict[str, Any]]] = {}
+    for e in evals:
+        by_step.setdefault(int(e["step"]), []).extend(eval_records(e))
+    out: list[dict[str, Any]] = []
+    for rec in history:
+        out.append(dict(rec))
+        out.extend(by_step.get(int(rec["step"]), []))
+    return out

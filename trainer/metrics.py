@@ -1,0 +1,49 @@
+"""Per-step metrics to JSONL and TensorBoard."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+
+class MetricsLogger:
+    """Appends one JSON line per record to ``path`` and mirrors scalars to TensorBoard.
+
+    ``rewrite(records)`` replaces the file's content (used on resume, so the log holds exactly
+    the records up to the checkpoint's step).
+    """
+
+    def __init__(self, path: str | Path, tensorboard_dir: str | Path | None = None) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.writer = None
+        if tensorboard_dir is not None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(str(tensorboard_dir))
+
+    def rewrite(self, records: Sequence[Mapping[str, Any]]) -> None:
+        with self.path.open("w") as f:
+            for r in records:
+                f.write(json.dumps(r) + "\n")
+
+    def log(self, record: Mapping[str, Any], step: int, prefix: str = "train") -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps(dict(record)) + "\n")
+        if self.writer is not None:
+            for k, v in record.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step":
+                    self.writer.add_scalar(f"{prefix}/{k}", v, step)
+            self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    p = Path(path)
+    if not p.exists():
+        return []
+    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]

@@ -1,0 +1,145 @@
+"""The whole job behind ``rods train``: policy -> SFT warm start -> evaluation -> GRPO -> evaluation.
+
+Everything lands in ``cfg.run_dir``: ``config.yaml``, ``sft_policy/`` (the warm start),
+``checkpoints/``, ``metrics.jsonl``, ``tensorboard/``, ``eval_before.json``,
+``summary.json`` and ``training_curve.png``. With ``resume=True`` finished phases are
+skipped and GRPO continues from its latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import gymnasium as gym
+import torch
+from accelerate import Accelerator
+
+import rods_gym  # noqa: F401  (registers the environments)
+
+from .config import TrainConfig, save_config
+from .loop import LoopResult, env_kwargs, evaluate_sets, grpo_train, rollout_settings
+from .plots import plot_training_curve
+from .policy import Policy, load_policy, make_policy, save_policy
+from .rollout import RolloutEngine
+from .sft import make_demonstrations, train_sft
+from .tasks import load_tasks, spread, using_fallback
+
+
+def make_accelerator() -> Accelerator:
+    """GPU when there is one; otherwise CPU (``gloo`` when launched with several processes)."""
+    return Accelerator(cpu=not torch.cuda.is_available())
+
+
+def env_mode(env_id: str) -> str:
+    env = gym.make(env_id)
+    mode = env.unwrapped.mode
+    env.close()
+    return mode
+
+
+def _print(accelerator: Accelerator, *args: Any) -> None:
+    if accelerator.is_main_process:
+        print(*args, flush=True)
+
+
+def _success_table(before: Mapping[str, Any], after: Mapping[str, Any]) -> str:
+    lines = [f"{'split':8s} {'metric':9s} {'before':>7s} {'after':>7s}"]
+    for split in before:
+        for metric in ("success", "progress"):
+            lines.append(f"{split:8s} {metric:9s} {before[split][metric]:7.3f} {after[split][metric]:7.3f}")
+        depths = sorted(set(before[split]["per_depth"]) | set(after[split]["per_depth"]), key=int)
+        for d in depths:
+            b = before[split]["per_depth"].get(d, {}).get("success", float("nan"))
+            a = after[split]["per_depth"].get(d, {}).get("success", float("nan"))
+            lines.append(f"{split:8s} {'depth ' + str(d):9s} {b:7.3f} {a:7.3f}")
+    return "\n".join(lines)
+
+
+def warm_start(cfg: TrainConfig, policy: Policy, seeds: list, accelerator: Accelerator, run_dir: Path,
+               resume: bool, log: Callable[..., None]) -> dict[str, Any]:
+    """SFT on oracle demonstrations of the seeds; saves ``sft_policy/``. Returns its record."""
+    sft_dir = run_dir / "sft_policy"
+    if resume and (sft_dir / "config.json").exists():
+        policy.model.load_state_dict(load_policy(sft_dir, dtype=cfg.policy.dtype).model.state_dict())
+        log(f"sft: resumed the warm start from {sft_dir}")
+        return json.loads((run_dir / "sft.json").read_text()) if (run_dir / "sft.json").exists() else {}
+    t0 = time.perf_counter()
+    demos = make_demonstrations(policy, seeds[: cfg.sft.demos], cfg.data.env_id)
+    losses = train_sft(policy, demos, cfg.sft, seed=cfg.seed, accelerator=accelerator)
+    record = {"demos": len(demos), "steps": cfg.sft.steps, "final_loss": losses[-1] if losses else None,
+              "seconds": time.perf_counter() - t0,
+              "demo_tokens": sum(len(d.transcript) for d in demos), "agent_tokens": sum(sum(d.transcript.action_mask) for d in demos)}
+    if accelerator.is_main_process:
+        save_policy(policy, sft_dir)
+        (run_dir / "sft.json").write_text(json.dumps(record, indent=2))
+    accelerator.wait_for_everyone()
+    log(f"sft: {len(demos)} demonstrations, {cfg.sft.steps} steps, final loss {record['final_loss']:.3f}, "
+        f"{record['seconds']:.0f}s")
+    return record
+
+
+def apply_threads(cfg: TrainConfig) -> None:
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
+
+
+def run_training(cfg: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
+    apply_threads(cfg)
+    accelerator = make_accelerator()
+    log = lambda *a: _print(accelerator, *a)  # noqa: E731
+    run_dir = Path(cfg.run_dir)
+    if accelerator.is_main_process:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, run_dir / "config.yaml")
+    t_job = time.perf_counter()
+    mode = env_mode(cfg.data.env_id)
+    seeds = load_tasks(cfg.data.train_split, cfg.data)
+    eval_sets = {s: spread(load_tasks(s, cfg.data), cfg.eval.tasks) for s in cfg.eval.splits}
+    for split in [cfg.data.train_split, *cfg.eval.splits]:
+        if using_fallback(split):
+            log(f"note: envs/tasksets/{split}.jsonl is not built; using seeded {cfg.data.fallback_difficulty} "
+                "sampler tasks instead")
+    log(f"run {cfg.name}: env {cfg.data.env_id} ({mode} view), {len(seeds)} seed tasks, eval on "
+        + ", ".join(f"{k} ({len(v)} tasks)" for k, v in eval_sets.items()) + f", {accelerator.num_processes} process(es)")
+
+    policy = make_policy(cfg.policy, mode)
+    n_params = sum(p.numel() for p in policy.model.parameters())
+    log(f"policy {policy.name}: {n_params / 1e6:.2f}M parameters, vocabulary {len(policy.tokenizer)}")
+    sft_record = warm_start(cfg, policy, seeds, accelerator, run_dir, resume, log) if cfg.sft.enabled else {}
+
+    engine = RolloutEngine(policy, cfg.data.env_id, rollout_settings(cfg), env_kwargs(cfg))
+    before_file = run_dir / "eval_before.json"
+    if resume and before_file.exists():
+        before = json.loads(before_file.read_text())
+    else:
+        before = evaluate_sets(engine, eval_sets, accelerator, cfg.eval.batch_episodes, policy.model)
+        if accelerator.is_main_process:
+            before_file.write_text(json.dumps(before, indent=2))
+    for split, res in before.items():
+        log(f"before GRPO: {split} success {res['success']:.3f} progress {res['progress']:.3f}")
+
+    t_grpo = time.perf_counter()
+    loop: LoopResult = grpo_train(cfg, policy, seeds, run_dir=run_dir, accelerator=accelerator, eval_sets=eval_sets,
+                                  resume=resume)
+    grpo_seconds = time.perf_counter() - t_grpo
+    after = evaluate_sets(engine, eval_sets, accelerator, cfg.eval.batch_episodes, policy.model)
+    summary = {
+        "name": cfg.name, "env_id": cfg.data.env_id, "policy": policy.name, "parameters": n_params,
+        "processes": accelerator.num_processes, "sft": sft_record, "grpo_steps": loop.steps_done,
+        "grpo_seconds_this_run": grpo_seconds, "stopped_by_time": loop.stopped_by_time,
+        "episodes": sum(h["episodes"] for h in loop.history), "before": before, "after": after,
+        "job_seconds_this_run": time.perf_counter() - t_job,
+    }
+    if accelerator.is_main_process:
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        points = {s: [(0, before[s]["success"])] + [(e["step"], e[s]["success"]) for e in loop.evals if s in e]
+                  + [(loop.steps_done, after[s]["success"])] for s in eval_sets}
+        plot_training_curve(loop.history, points, run_dir / "training_curve.png",
+                            title=f"{cfg.name}: {policy.name} on {cfg.data.env_id}")
+    log(_success_table(before, after))
+    log(f"GRPO: {loop.steps_done} steps, {summary['episodes']} episodes, {grpo_seconds:.0f}s; "
+        f"job {summary['job_seconds_this_run']:.0f}s; curve {run_dir / 'training_curve.png'}")
+    return summary

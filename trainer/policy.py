@@ -1,0 +1,116 @@
+"""The policy: a Hugging Face causal LM with its tokenizer and chat template.
+
+``make_policy(cfg, mode)`` builds the embedded tiny Llama (``cfg.model == "tiny"``) with a
+tokenizer made from the suite's vocabulary (compact view) or a byte-level one (chat view),
+or loads any causal LM by hub name or local path (``local_files_only`` unless allowed).
+``save_policy`` writes model and tokenizer with ``save_pretrained`` so any tool reloads them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedModel
+from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+
+from rods_gym.suite import Suite, default_suite
+
+from .config import PolicyConfig
+from .tokenization import build_chat_tokenizer, build_compact_tokenizer
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class Policy:
+    """A causal LM and its tokenizer, plus the ids the rollout engine needs."""
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    eos_id: int  # the end-of-action token demonstrations end with
+    stop_ids: tuple[int, ...]  # any of these ends a generated action
+    pad_id: int
+    name: str
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+
+def _stop_ids(tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel) -> tuple[int, ...]:
+    ids: list[int] = []
+    if tokenizer.eos_token_id is not None:
+        ids.append(int(tokenizer.eos_token_id))
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(gen_eos, int):
+        ids.append(gen_eos)
+    elif gen_eos:
+        ids.extend(int(i) for i in gen_eos)
+    if not ids:
+        raise ValueError("the tokenizer has no eos token and the model's generation config names none; "
+                         "the rollout engine cannot tell where an action ends")
+    return tuple(dict.fromkeys(ids))
+
+
+def wrap(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str) -> Policy:
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    if tokenizer.chat_template is None:
+        raise ValueError(f"policy {name!r}: the tokenizer has no chat template; the rollout engine renders "
+                         "conversations with tokenizer.apply_chat_template")
+    stops = _stop_ids(tokenizer, model)
+    return Policy(model=model, tokenizer=tokenizer, eos_id=int(tokenizer.eos_token_id), stop_ids=stops,
+                  pad_id=int(tokenizer.pad_token_id), name=name)
+
+
+def build_tiny_policy(cfg: PolicyConfig, mode: str, suite: Suite | None = None) -> Policy:
+    """The embedded default: a small Llama built from ``cfg`` (seeded init, nothing downloaded)."""
+    if mode == "compact":
+        tokenizer = build_compact_tokenizer(suite or default_suite())
+    elif mode == "chat":
+        tokenizer = build_chat_tokenizer()
+    else:
+        raise ValueError(f"the embedded policy supports the compact and chat views, not {mode!r}")
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_heads,
+        max_position_embeddings=cfg.max_positions, tie_word_embeddings=True, rope_theta=10000.0,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):  # seeded init without touching the caller's global RNG
+        torch.manual_seed(cfg.init_seed)
+        model = LlamaForCausalLM(config)
+    model.to(DTYPES[cfg.dtype])
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return wrap(model, tokenizer, f"tiny-{mode}")
+
+
+def load_policy(name_or_path: str | Path, local_files_only: bool = True, dtype: str = "float32") -> Policy:
+    """Any causal LM with a chat template, by hub name or local directory."""
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(name_or_path), local_files_only=local_files_only)
+        model = AutoModelForCausalLM.from_pretrained(str(name_or_path), local_files_only=local_files_only,
+                                                     dtype=DTYPES[dtype])
+    except OSError as exc:
+        hint = " (offline: pass a local path, or set policy.local_files_only=false to allow a download)" \
+            if local_files_only else ""
+        raise FileNotFoundError(f"cannot load policy {str(name_or_path)!r}{hint}: {exc}") from exc
+    return wrap(model, tokenizer, str(name_or_path))
+
+
+def make_policy(cfg: PolicyConfig, mode: str, suite: Suite | None = None) -> Policy:
+    if cfg.model == "tiny":
+        return build_tiny_policy(cfg, mode, suite)
+    return load_policy(cfg.model, cfg.local_files_only, cfg.dtype)
+
+
+def save_policy(policy: Policy, path: str | Path) -> Path:
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    policy.model.save_pretrained(path)
+    policy.tokenizer.save_pretrained(path)
+    return path

@@ -1,0 +1,190 @@
+"""Batched multi-turn episodes: many environments at once, one generation batch per turn.
+
+Every turn, the live episodes' token streams go through one batched generation call
+(``generation.generate_actions``); each generated action is decoded to text and stepped in
+its environment; the environment's new messages are tokenized (only them, see
+``transcript.ChatCodec``) and appended as context. Episodes end at different turns
+(terminated, truncated by the env's step limit, by ``max_turns``, or because the context
+would exceed ``max_context``). The return of an episode is the sum of its rewards (its final
+progress with the default reward).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import gymnasium as gym
+import torch
+
+from rods_gym.task import TaskSpec
+
+from .generation import DecodeSession
+from .policy import Policy
+from .transcript import ChatCodec, Messages, Transcript
+
+MODES = ("compact", "chat")
+Tools = list[dict[str, Any]] | None
+
+
+def conversation_start(env: gym.Env, obs: str) -> tuple[Messages, Tools]:
+    """The conversation after ``reset``: the env's chat messages and tools, or (compact) the observation."""
+    if env.unwrapped.mode == "chat":
+        return list(env.unwrapped.messages), list(env.unwrapped.tools)
+    return [{"role": "user", "content": obs}], None
+
+
+def conversation_step(env: gym.Env, messages: Messages, action: str, obs: str, info: Mapping[str, Any]) -> tuple[Messages, int]:
+    """The conversation after a step, and how many messages the environment added after the action."""
+    if env.unwrapped.mode == "chat":
+        return list(env.unwrapped.messages), len(info["new_messages"])
+    return messages + [{"role": "assistant", "content": action}, {"role": "user", "content": obs}], 1
+
+
+@dataclass
+class Trajectory:
+    task: TaskSpec
+    task_index: int  # position of the task in the batch given to RolloutEngine.run
+    transcript: Transcript
+    ret: float = 0.0
+    progress: float = 0.0
+    success: bool = False
+    turns: int = 0  # agent actions taken
+    errors: int = 0  # actions the environment rejected (error class != none)
+    truncated: bool = False
+    done: bool = False
+    env_options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_generated(self) -> int:
+        return sum(self.transcript.action_mask)
+
+
+@dataclass
+class RolloutStats:
+    gen_time: float = 0.0
+    env_time: float = 0.0
+    gen_tokens: int = 0
+    context_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    max_action_tokens: int = 24
+    max_turns: int = 12
+    max_context: int = 1024
+    temperature: float = 1.0
+    turn_slack: int | None = None  # per-task action budget: the oracle's action count + slack (None: off)
+
+
+def oracle_actions(task: TaskSpec) -> int:
+    """Actions the oracle needs at most: every call, a reply per user turn, an ask per turn with
+    withheld facts, an extra reply per turn with a locked tool."""
+    return (len(task.calls) + len(task.turns) + sum(1 for t in task.turns if t.withheld)
+            + sum(1 for t in task.turns if t.locked))
+
+
+class RolloutEngine:
+    """Holds a pool of environments of ``env_id`` and runs batches of episodes with a policy."""
+
+    def __init__(self, policy: Policy, env_id: str, settings: RolloutSettings,
+                 env_kwargs: Mapping[str, Any] | None = None) -> None:
+        self.policy = policy
+        self.env_id = env_id
+        self.settings = settings
+        self.env_kwargs = dict(env_kwargs or {})
+        self.codec = ChatCodec(policy)
+        self.envs: list[gym.Env] = []
+        probe = self._env(0)
+        self.mode = probe.unwrapped.mode
+        if self.mode not in MODES:
+            raise ValueError(f"env {env_id!r} uses the {self.mode!r} view; LLM policies need one of {MODES}")
+
+    def _env(self, i: int) -> gym.Env:
+        while len(self.envs) <= i:
+            self.envs.append(gym.make(self.env_id, **self.env_kwargs))
+        return self.envs[i]
+
+
+    def run(self, tasks: Sequence[TaskSpec], repeats: int = 1, *, generator: torch.Generator | None = None,
+            greedy: bool = False, seed: int = 0, env_options: Sequence[Mapping[str, Any]] | None = None,
+            model: Any = None) -> tuple[list[Trajectory], RolloutStats]:
+        """``repeats`` episodes of every task (task-major order: task 0's episodes first)."""
+        s = self.settings
+        model = model if model is not None else self.policy.model
+        stats = RolloutStats()
+        t0 = time.perf_counter()
+        trajs: list[Trajectory] = []
+        convs: list[tuple[Messages, Tools]] = []
+        for ti, task in enumerate(tasks):
+            opts = dict(env_options[ti]) if env_options is not None else {}
+            for _ in range(repeats):
+                i = len(trajs)
+                env = self._env(i)
+                obs, info = env.reset(seed=seed + i, options={"task": task, **opts})
+                messages, tools = conversation_start(env, obs)
+                trajs.append(Trajectory(task, ti, self.codec.start(messages, tools), progress=info["progress"],
+                                        env_options=opts))
+                convs.append((messages, tools))
+        stats.env_time += time.perf_counter() - t0
+
+        was_training = model.training
+        model.eval()
+        session = DecodeSession(model, self.policy.pad_id, len(trajs))
+        rows = list(range(len(trajs)))  # the trajectory of each session row
+        new_ids = [list(tr.transcript.ids) for tr in trajs]  # ids each row has not fed yet
+        limits = [s.max_turns if s.turn_slack is None else min(s.max_turns, oracle_actions(tr.task) + s.turn_slack)
+                  for tr in trajs]
+        for _ in range(s.max_turns):
+            fits = []
+            for i in rows:
+                tr = trajs[i]
+                if len(tr.transcript) + s.max_action_tokens > s.max_context or tr.turns >= limits[i]:
+                    tr.done = tr.truncated = True
+                else:
+                    fits.append(i)
+            session.keep([rows.index(i) for i in fits])
+            rows = fits
+            if not rows:
+                break
+            t1 = time.perf_counter()
+            session.extend([new_ids[i] for i in rows])
+            gens = session.sample(stop_ids=self.policy.stop_ids, max_new_tokens=s.max_action_tokens,
+                                  temperature=s.temperature, generator=generator, greedy=greedy)
+            t2 = time.perf_counter()
+            stats.gen_time += t2 - t1
+            for i, g in zip(rows, gens):
+                tr, env = trajs[i], self.envs[i]
+                tr.transcript.add_action(g.ids, g.logprobs)
+                stats.gen_tokens += len(g.ids)
+                text = self.codec.action_text(g.ids)
+                obs, reward, terminated, truncated, info = env.step(text)
+                tr.ret += float(reward)
+                tr.progress, tr.success = float(info["progress"]), bool(info["success"])
+                tr.turns += 1
+                tr.errors += info["error"] != "none"
+                if terminated or truncated:
+                    tr.done, tr.truncated = True, bool(truncated and not terminated)
+                    continue
+                if tr.turns >= limits[i]:  # out of actions: the next observation would never be read
+                    tr.done = tr.truncated = True
+                    continue
+                messages, tools = convs[i]
+                messages, n_new = conversation_step(env, messages, text, obs, info)
+                convs[i] = (messages, tools)
+                before = len(tr.transcript)
+                self.codec.continue_after_action(tr.transcript, messages, n_new, tools, g.stopped)
+                new_ids[i] = tr.transcript.ids[before:]
+            keep = [k for k, i in enumerate(rows) if not trajs[i].done]
+            session.keep(keep)
+            rows = [rows[k] for k in keep]
+            stats.env_time += time.perf_counter() - t2
+        for tr in trajs:
+            if not tr.done:
+                tr.done = tr.truncated = True
+            tr.transcript.trim_context()
+        if was_training:
+            model.train()
+        stats.context_tokens = sum(len(tr.transcript) for tr in trajs) - stats.gen_tokens
+        return trajs, stats

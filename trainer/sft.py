@@ -1,0 +1,151 @@
+"""Supervised warm start on oracle demonstrations.
+
+A demonstration is the token stream of an oracle episode built exactly like a rollout
+(same chat template, same incremental tokenization, the actions' ids followed by the
+end-of-action token), so SFT teaches the format the rollout engine samples. The loss is the
+cross-entropy on the agent's tokens only; environment and user tokens are masked out.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from rods_gym.task import TaskSpec
+
+from .config import SFTConfig
+from .policy import Policy
+from .rollout import conversation_start, conversation_step
+from .transcript import ChatCodec, Transcript
+
+MAX_DEMO_STEPS = 64
+
+
+@dataclass
+class Demo:
+    task: TaskSpec
+    transcript: Transcript
+    success: bool
+
+
+def make_demonstrations(policy: Policy, tasks: Sequence[TaskSpec], env_id: str,
+                        env_kwargs: Mapping[str, Any] | None = None) -> list[Demo]:
+    """The oracle's episode of every task, as token ids with the agent's tokens marked."""
+    codec = ChatCodec(policy)
+    env = gym.make(env_id, **dict(env_kwargs or {}))
+    demos = []
+    for i, task in enumerate(tasks):
+        obs, info = env.reset(seed=i, options={"task": task})
+        messages, tools = conversation_start(env, obs)
+        tr = codec.start(messages, tools)
+        for _ in range(MAX_DEMO_STEPS):
+            action = env.unwrapped.oracle_action()
+            tr.add_action(codec.action_ids(action))
+            obs, _, terminated, truncated, info = env.step(action)
+            if terminated or truncated:
+                break
+            messages, n_new = conversation_step(env, messages, action, obs, info)
+            codec.continue_after_action(tr, messages, n_new, tools, stopped=True)
+        demos.append(Demo(task, tr, bool(info["success"])))
+    env.close()
+    return demos
+
+
+def sft_loss(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor, action_mask: torch.Tensor,
+             n_tokens: float | None = None) -> torch.Tensor:
+    """Cross-entropy of the agent's tokens (``action_mask`` aligned with ``ids``), summed / ``n_tokens``."""
+    positions = (attn.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=positions).logits[:, :-1].float()
+    target_mask = action_mask[:, 1:].float()
+    nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none")
+    denom = float(n_tokens) if n_tokens is not None else target_mask.sum().clamp(min=1.0)
+    return (nll.view_as(target_mask) * target_mask).sum() / denom
+
+
+def pad_right(seqs: Sequence[Sequence[int]], masks: Sequence[Sequence[int]], pad_id: int
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(seqs), width), dtype=torch.long)
+    amask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, (s, m) in enumerate(zip(seqs, masks)):
+        ids[i, : len(s)] = torch.as_tensor(list(s))
+        attn[i, : len(s)] = 1
+        amask[i, : len(s)] = torch.as_tensor(list(m))
+    return ids, attn, amask
+
+
+def length_grouped_batches(lengths: Sequence[int], batch_size: int, rng: np.random.Generator,
+                           mega: int = 8) -> list[list[int]]:
+    """One epoch of batches (popped from the end): shuffled, then sorted by length inside
+    mega-batches of ``mega`` batches so each batch pads little (like HF's ``group_by_length``)."""
+    order = rng.permutation(len(lengths))
+    batches: list[list[int]] = []
+    span = batch_size * mega
+    for start in range(0, len(order), span):
+        chunk = sorted(order[start:start + span].tolist(), key=lambda i: lengths[i])
+        batches += [chunk[k:k + batch_size] for k in range(0, len(chunk), batch_size)]
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+def warmup_cosine(step: int, warmup: int, total: int) -> float:
+    if step < warmup:
+        return (step + 1) / warmup
+    span = max(total - warmup, 1)
+    return 0.5 * (1.0 + math.cos(math.pi * min(step - warmup, span) / span))
+
+
+def train_sft(policy: Policy, demos: Sequence[Demo], cfg: SFTConfig, *, seed: int = 0, accelerator: Any = None,
+              on_step: Callable[[int, float], None] | None = None) -> list[float]:
+    """``cfg.steps`` AdamW steps on minibatches drawn epoch-wise from ``demos``; returns the losses.
+
+    With an ``accelerate.Accelerator`` over several processes, each process takes its share of
+    every minibatch and gradients are averaged.
+    """
+    if not demos:
+        raise ValueError("SFT needs at least one demonstration")
+    rank = accelerator.process_index if accelerator is not None else 0
+    world = accelerator.num_processes if accelerator is not None else 1
+    model = policy.model
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, cfg.warmup_steps, cfg.steps))
+    if accelerator is not None:
+        model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    device = next(model.parameters()).device
+    rng = np.random.default_rng(seed)
+    batches: list[list[int]] = []
+    losses = []
+    model.train()
+    for step in range(cfg.steps):
+        if not batches:
+            batches = length_grouped_batches([len(d.transcript) for d in demos], cfg.batch_size, rng)
+        batch = [demos[i] for i in batches.pop()]
+        mine = batch[rank::world]
+        ids, attn, amask = pad_right([d.transcript.ids for d in mine], [d.transcript.action_mask for d in mine],
+                                     policy.pad_id)
+        total = sum(sum(d.transcript.action_mask) for d in batch) / world  # DDP averages: global token mean
+        loss = sft_loss(model, ids.to(device), attn.to(device), amask.to(device), n_tokens=total)
+        optimizer.zero_grad(set_to_none=True)
+        if accelerator is not None:
+            accelerator.backward(loss)
+            accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+        else:
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        value = float(loss.detach()) * world if world > 1 else float(loss.detach())
+        losses.append(value)
+        if on_step is not None:
+            on_step(step, value)
+    optimizer.zero_grad(set_to_none=True)
+    model.eval()
+    if accelerator is not None:
+        policy.model = accelerator.unwrap_model(model)
+    return losses
