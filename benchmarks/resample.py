@@ -1,7 +1,7 @@
 """Speed and quality of the skill-aligned resampler, and of the naive one (the ablation).
 
     python benchmarks/resample.py                       # prints a Markdown report
-    python benchmarks/resample.py --out benchmarks/RESULTS_resample.md --json runs/resample.json
+    python benchmarks/resample.py --out /tmp/resample.md --json runs/resample.json   # then copy into benchmarks/RESULTS.md (section "resample")
 
 Seeds: the ``train`` split (the 400 seeds) and, for decontamination, ``dev``+``test``+``ood``
 with the OOD split's held-out tools excluded; when the splits are not built, sampler
