@@ -176,3 +176,15 @@ def run_oracle(env: Any, limit: int = 200) -> tuple[float, dict[str, Any], bool,
         if term or trunc:
             break
     return total, info, term, trunc
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Any:
+    """One torch thread for a test module: tiny models only pay thread-pool overhead for more
+    (measured several times slower on the shared 2-core machine). The setting is restored."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -9,13 +9,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 import yaml
 
 from rods_gym.trainer.config import DataConfig
 from rods_gym.trainer.curricula import RODSConfig, ReplayOnlySource
 from rods_gym.trainer.task_source import FixedSeeds, GroupResult
 from rods_gym.trainer.tasks import load_tasks
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -31,14 +32,6 @@ def de(request: pytest.FixtureRequest) -> Any:
 
     request.addfinalizer(mp.undo)
     return type("DE", (), {"main": data_efficiency, "stats": _de_stats, "runner": _de_runner})
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 # -- statistics --------------------------------------------------------------------------------

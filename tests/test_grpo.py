@@ -10,14 +10,7 @@ import torch
 from rods_gym.trainer.grpo import (Batch, LossSettings, aggregate, clipped_surrogate, group_advantages, grpo_loss,
                                    k3_kl, make_batch, token_logprobs)
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One torch thread: these tiny models only pay thread-pool overhead for more (global state restored)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
 
 
 def test_group_advantages_std_normalized() -> None:

@@ -14,16 +14,9 @@ from rods_gym.trainer.config import PolicyConfig
 from rods_gym.trainer.policy import build_tiny_policy, load_policy, save_policy
 from rods_gym.trainer.tokenization import build_chat_tokenizer, build_compact_tokenizer
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
+
 TINY = PolicyConfig(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, max_positions=512)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One torch thread: these tiny models only pay thread-pool overhead for more (global state restored)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def test_compact_tokenizer_covers_the_vocabulary_one_token_per_word(suite) -> None:

@@ -13,17 +13,10 @@ from rods_gym.trainer.rollout import RolloutEngine, RolloutSettings, oracle_acti
 from rods_gym.trainer.sft import make_demonstrations
 from rods_gym.trainer.transcript import ChatCodec, TemplateError
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
+
 TINY = PolicyConfig(hidden_size=32, intermediate_size=64, num_layers=2, num_heads=2, max_positions=1024)
 TINY_CHAT = PolicyConfig(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, max_positions=4096)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One torch thread: these tiny models only pay thread-pool overhead for more (global state restored)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -13,14 +13,7 @@ from rods_gym.trainer.policy import build_tiny_policy
 from rods_gym.trainer.rollout import RolloutSettings
 from rods_gym.trainer.sft import length_grouped_batches, make_demonstrations, pad_right, sft_loss, train_sft
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One torch thread: these tiny models only pay thread-pool overhead for more (global state restored)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
 
 
 TINY = PolicyConfig(hidden_size=64, intermediate_size=128, num_layers=2, num_heads=2, max_positions=512)

@@ -24,14 +24,7 @@ from rods_gym.trainer.sft import make_demonstrations, train_sft
 from rods_gym.trainer.sources import available_sources, make_source
 from rods_gym.trainer.task_source import FixedSeeds
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One torch thread: these tiny models only pay thread-pool overhead for more (global state restored)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
 
 
 ISSUE_METRICS = ("reward_mean", "reward_std", "zero_std_frac", "success", "progress", "kl", "clip_frac", "entropy",
