@@ -131,8 +131,11 @@ class TaskIndex(Collection[TaskSpec]):
         if key in self._keys:
             return False
         self._keys.add(key)
-        self._tasks.append(task)
+        self._remember(task)
         return True
+
+    def _remember(self, task: TaskSpec) -> None:
+        self._tasks.append(task)
 
     def has_key(self, key: bytes) -> bool:
         return key in self._keys
@@ -144,7 +147,7 @@ class TaskIndex(Collection[TaskSpec]):
         return iter(self._tasks)
 
     def __len__(self) -> int:
-        return len(self._tasks)
+        return len(self._keys)
 
 
 class Decontaminator:

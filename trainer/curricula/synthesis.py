@@ -9,11 +9,11 @@ only decides what to do with its output.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Collection, Iterable, Iterator, Protocol, Sequence, runtime_checkable
+from typing import Any, Collection, Iterator, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from rods_gym.resampler import TaskIndex, content_key
+from rods_gym.resampler import TaskIndex
 from rods_gym.task import TaskSpec
 
 from .config import RODSConfig
@@ -37,29 +37,11 @@ class SeenContent(TaskIndex):
     checkpoints cheaply; it cannot be iterated.
     """
 
-    def __init__(self, tasks: Iterable[TaskSpec] = ()) -> None:
-        self._keys: set[bytes] = set()
-        for t in tasks:
-            self.add(t)
-
-    def add(self, task: TaskSpec) -> bool:
-        key = content_key(task)
-        if key in self._keys:
-            return False
-        self._keys.add(key)
-        return True
-
-    def has_key(self, key: bytes) -> bool:
-        return key in self._keys
-
-    def __contains__(self, task: object) -> bool:
-        return isinstance(task, TaskSpec) and content_key(task) in self._keys
+    def _remember(self, task: TaskSpec) -> None:
+        pass  # keys only
 
     def __iter__(self) -> Iterator[TaskSpec]:
         raise TypeError("SeenContent keeps content keys only; it cannot list its tasks")
-
-    def __len__(self) -> int:
-        return len(self._keys)
 
     def state_dict(self) -> list[str]:
         return sorted(k.hex() for k in self._keys)
