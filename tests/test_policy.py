@@ -103,3 +103,21 @@ def test_missing_policy_names_the_path_and_the_offline_hint(tmp_path: Path) -> N
         load_policy(tmp_path / "nope")
     with pytest.raises(ValueError, match="structured"):
         build_tiny_policy(TINY, "structured")
+
+
+def test_compact_word_piece_tokenizer_round_trips_and_shares_pieces(suite, easy_tasks) -> None:
+    tok = build_compact_tokenizer(suite, pieces=True)
+    words = vocabulary(suite)
+    text = " ".join(words)
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert tok.unk_token_id not in ids and tok.decode(ids) == text
+    assert len(tok) < len(build_compact_tokenizer(suite)) < len(ids)  # fewer units, shared across names
+    pieces = tok.convert_ids_to_tokens(tok("find_contact_by_phone $12", add_special_tokens=False)["input_ids"])
+    assert pieces == ["find", "##_contact", "##_by", "##_phone", "$12"]
+    env = gym.make("rods/ToolChain-Compact-v0")
+    for task in easy_tasks[:10]:
+        obs, _ = env.reset(options={"task": task})
+        action = env.unwrapped.oracle_action()
+        for text in (obs, action):
+            enc = tok(text, add_special_tokens=False)["input_ids"]
+            assert tok.unk_token_id not in enc and tok.decode(enc) == " ".join(text.split())

@@ -21,7 +21,12 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
 
 
 def load_from_args(args: argparse.Namespace) -> Any:
+    """The run's config: file + overrides; also quiets transformers' per-save progress bars (CLI only)."""
+    from transformers.utils import logging as hf_logging
+
     from .config import load_config
+
+    hf_logging.disable_progress_bar()
 
     overrides = list(args.overrides) + list(args.extra)
     if args.model:

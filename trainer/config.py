@@ -26,6 +26,7 @@ class PolicyConfig:
     """The policy: ``tiny`` (the embedded Llama built from this config) or a hub name / local path."""
 
     model: str = "tiny"
+    compact_tokens: str = "words"  # embedded compact tokenizer: words (one token per name) | pieces (split at _)
     local_files_only: bool = True  # never download at run time; set false to allow hub downloads
     dtype: str = "float32"  # float32 | bfloat16 | float16
     hidden_size: int = 128
@@ -80,6 +81,7 @@ class GRPOConfig:
     micro_batch_size: int = 16  # sequences per forward/backward (gradient accumulation, sorted by length)
     max_grad_norm: float = 1.0
     adv_eps: float = 1e-4
+    freeze_embeddings: bool = False  # keep the (tied) token embeddings fixed during GRPO
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,7 @@ CHOICES = {
     ("grpo", "aggregation"): ("token", "sequence", "dr_grpo"),
     ("grpo", "scheduler"): ("constant", "linear", "cosine"),
     ("policy", "dtype"): ("float32", "bfloat16", "float16"),
+    ("policy", "compact_tokens"): ("words", "pieces"),
 }
 
 

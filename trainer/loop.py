@@ -135,7 +135,10 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         accelerator.wait_for_everyone()
         ref_model = load_policy(ref_dir, dtype=cfg.policy.dtype).model.to(policy.device).eval()
         ref_model.requires_grad_(False)
-    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=g.lr, betas=tuple(g.adam_betas), eps=g.adam_eps,
+    if g.freeze_embeddings:
+        policy.model.get_input_embeddings().weight.requires_grad_(False)
+    trainable = [p for p in policy.model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=g.lr, betas=tuple(g.adam_betas), eps=g.adam_eps,
                                   weight_decay=g.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
     if ckpt is not None:

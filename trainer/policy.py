@@ -69,7 +69,7 @@ def wrap(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str) 
 def build_tiny_policy(cfg: PolicyConfig, mode: str, suite: Suite | None = None) -> Policy:
     """The embedded default: a small Llama built from ``cfg`` (seeded init, nothing downloaded)."""
     if mode == "compact":
-        tokenizer = build_compact_tokenizer(suite or default_suite())
+        tokenizer = build_compact_tokenizer(suite or default_suite(), pieces=cfg.compact_tokens == "pieces")
     elif mode == "chat":
         tokenizer = build_chat_tokenizer()
     else:

@@ -53,11 +53,34 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_compact_tokenizer(suite: Suite) -> PreTrainedTokenizerFast:
-    """Word-level tokenizer over the compact vocabulary; ids 0-5 are the special tokens."""
-    words = list(COMPACT_SPECIALS) + [w for w in vocabulary(suite) if w not in COMPACT_SPECIALS]
-    vocab = {w: i for i, w in enumerate(words)}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
+def word_pieces(word: str) -> list[str]:
+    """``find_contact_by_phone`` -> ``find ##_contact ##_by ##_phone`` (slot tokens stay whole)."""
+    if word.startswith("$") or "_" not in word.strip("_"):
+        return [word]
+    head, *rest = word.split("_")
+    return [head] + [f"##_{p}" for p in rest]
+
+
+def build_compact_tokenizer(suite: Suite, pieces: bool = False) -> PreTrainedTokenizerFast:
+    """A tokenizer over the compact vocabulary; ids 0-5 are the special tokens.
+
+    ``pieces=False``: one token per vocabulary word (word-level). ``pieces=True``: tool,
+    parameter and field names split at underscores into word pieces shared across names
+    (WordPiece with ``##`` continuations), so a name the model has rarely produced is
+    still made of pieces it produces often; decoding joins the pieces back exactly.
+    """
+    words = [w for w in vocabulary(suite) if w not in COMPACT_SPECIALS]
+    if pieces:
+        units = list(dict.fromkeys(p for w in words for p in word_pieces(w)))
+    else:
+        units = words
+    vocab = {w: i for i, w in enumerate(list(COMPACT_SPECIALS) + units)}
+    if pieces:
+        tok = Tokenizer(models.WordPiece(vocab, unk_token=UNK, continuing_subword_prefix="##",
+                                         max_input_chars_per_word=200))
+        tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)
+    else:
+        tok = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, unk_token=UNK, bos_token=BOS, eos_token=EOS,
                                    additional_special_tokens=[OBS, ACT])
