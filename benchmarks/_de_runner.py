@@ -32,6 +32,7 @@ import torch
 from rods_gym import compute_signature, default_suite
 from rods_gym.task import TaskSpec
 from rods_gym.trainer.config import TrainConfig, load_config, save_config
+from rods_gym.trainer.curricula.arms import DynamicSampling
 from rods_gym.trainer.curricula.detector import group_stats
 from rods_gym.trainer.evaluation import summarize
 from rods_gym.trainer.loop import env_kwargs, grpo_train, rollout_settings
@@ -44,6 +45,7 @@ from rods_gym.trainer.tasks import load_tasks, spread
 
 RUN_FILE = "run.json"
 WARM_FILE = "warm_start.json"
+DYNAMIC_SAMPLING_ATTRS = frozenset({"refill", "select", "max_refill_rounds"})  # DynamicSampling's members
 MAX_CHUNKS_PER_POINT = 16  # dapo's extra rollouts make chunk sizes estimates; bounded retries
 
 
@@ -101,9 +103,17 @@ class RecordingSource:
     ``u = 4 * var`` of its returns, whether it was silent (all returns equal), its size (the
     rollouts it cost) and, for sources with a RODS detector, the region that detector assigns
     it at this appearance (computed on a copy of the detector, so the source is untouched).
-    Attributes the trainer looks up by name (``env_id``, ``env_kwargs``, ``env_options``,
-    ``refill``, ``select``, ...) are the inner source's.
+    Attributes the trainer looks up by name (``env_id``, ``env_kwargs``, ``env_options``, ...)
+    are the inner source's. Wrapping a dynamic-sampling source (DAPO) gives a
+    :class:`DynamicRecordingSource`, which forwards ``refill``/``select``/``max_refill_rounds``
+    and so is a :class:`DynamicSampling` source itself; the refill groups pass through
+    :meth:`observe` like the others, so they are recorded and counted in :attr:`rollouts`.
     """
+
+    def __new__(cls, inner: Any = None, seed_ids: Any = ()) -> "RecordingSource":  # defaults: copy/pickle
+        if cls is RecordingSource and isinstance(inner, DynamicSampling):
+            cls = DynamicRecordingSource
+        return super().__new__(cls)
 
     def __init__(self, inner: TaskSource, seed_ids: Sequence[str]) -> None:
         self.inner = inner
@@ -112,7 +122,7 @@ class RecordingSource:
         self.groups: list[dict[str, Any]] = []
 
     def __getattr__(self, name: str) -> Any:
-        if name == "inner":  # not set yet (copy/pickle): no recursion
+        if name == "inner" or name in DYNAMIC_SAMPLING_ATTRS:  # not set yet (copy/pickle); or not forwarded
             raise AttributeError(name)
         return getattr(self.inner, name)
 
@@ -154,6 +164,20 @@ class RecordingSource:
     @property
     def distinct_tasks(self) -> int:
         return len({g["task"] for g in self.groups})
+
+
+class DynamicRecordingSource(RecordingSource):
+    """A :class:`RecordingSource` around a dynamic-sampling source: its refills and selection are the inner's."""
+
+    @property
+    def max_refill_rounds(self) -> int:
+        return int(self.inner.max_refill_rounds)
+
+    def refill(self, step: int) -> list[TaskSpec]:
+        return self.inner.refill(step)
+
+    def select(self, groups: Sequence[GroupResult]) -> list[GroupResult]:
+        return self.inner.select(groups)
 
 
 # -- evaluation --------------------------------------------------------------------------------
@@ -271,7 +295,7 @@ def run_arm(job: ArmJob) -> dict[str, Any]:
             evaluation = evaluate_per_task(policy, cfg, sets, job.evals.batch_episodes)
             eval_seconds += time.perf_counter() - t1
             points.append({"target": int(target), "step": steps, "rollouts": source.rollouts,
-                           "loop_rollouts": int(sum(h["episodes"] for h in history)) + source.extra_rollouts,
+                           "loop_rollouts": int(sum(h["rollouts"] for h in history)),
                            "distinct_tasks": source.distinct_tasks, "eval": evaluation})
         record = {"key": job.key(), "arm": job.arm, "seed": job.seed, "source": type(source.inner).__name__,
                   "env_id": str(getattr(source, "env_id", None) or cfg.data.env_id), "points": points,

@@ -2,7 +2,10 @@
 
 Per step: the task source names the step's tasks; every process rolls out G episodes of its
 share of them; returns are gathered so the source observes every group (and stays identical
-on every process); advantages are computed within each group; the policy is updated for
+on every process). A dynamic-sampling source (:class:`~.curricula.arms.DynamicSampling`, the
+DAPO arm) then gets refill rounds (more tasks, rolled out and observed the same way) and
+selects the groups to train on; other sources train on every group. Advantages are computed
+within each group; each process trains on the kept groups it rolled out; the policy is updated for
 ``grpo.epochs`` epochs of ``grpo.minibatches`` optimizer steps, each accumulated over
 micro-batches, with gradients averaged across processes by ``accelerate``; metrics go to
 JSONL/TensorBoard; checkpoints and evaluations happen on schedule.
@@ -12,8 +15,9 @@ from __future__ import annotations
 
 import copy
 import math
-from contextlib import nullcontext
 import time
+import warnings
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -29,11 +33,12 @@ from rods_gym.task import TaskSpec
 from .checkpoint import (finish_checkpoint, latest_checkpoint, load_rank_rng, load_trainer_state,
                          set_global_rng_state, write_rank_rng)
 from .config import TrainConfig
+from .curricula.arms import DynamicSampling
 from .evaluation import summarize
 from .grpo import Batch, LossSettings, grpo_loss, group_advantages, make_batch, token_logprobs
 from .metrics import MetricsLogger
 from .policy import Policy, load_policy, save_policy
-from .rollout import RolloutEngine, RolloutSettings, Trajectory
+from .rollout import RolloutEngine, RolloutSettings, RolloutStats, Trajectory
 from .sources import make_source, source_env_options
 from .task_source import GroupResult, TaskSource
 
@@ -77,6 +82,61 @@ def _light(tr: Trajectory) -> Trajectory:
     out = copy.copy(tr)
     out.transcript = type(tr.transcript)()
     return out
+
+
+@dataclass
+class RolloutRound:
+    """One round of a step's rollouts: this process's trajectories and every process's groups."""
+
+    groups: list[GroupResult]  # every task's group, in task order (what the source observes)
+    light: list[list[Trajectory]]  # every task's trajectories, without token streams
+    local: dict[int, list[Trajectory]]  # task index -> this process's trajectories of it (with token streams)
+    stats: RolloutStats  # this process's generation/env time and tokens
+
+
+def rollout_seed(step: int, round_: int, rank: int, world: int, rounds_per_step: int) -> int:
+    """The first env reset seed of one process's rollouts in one round of a step (round 0: the
+    step's batch, 1..: refills); every (step, round, process) gets its own block of 100,000 seeds."""
+    return ((step * rounds_per_step + round_) * world + rank) * 100_000
+
+
+def rollout_round(engine: RolloutEngine, source: TaskSource, tasks: Sequence[TaskSpec], group_size: int,
+                  accelerator: Accelerator, *, generator: torch.Generator, model: Any, seed: int) -> RolloutRound:
+    """``group_size`` rollouts of every task; process ``rank`` runs tasks ``rank, rank + world, ...``
+    and the summaries are gathered so every process builds the same groups."""
+    rank, world = accelerator.process_index, accelerator.num_processes
+    options = [source_env_options(source, t) for t in tasks]
+    mine = list(range(rank, len(tasks), world))
+    trajs, stats = [], RolloutStats()
+    if mine:
+        trajs, stats = engine.run([tasks[i] for i in mine], group_size, generator=generator, seed=seed,
+                                  env_options=[options[i] for i in mine], model=model)
+    local: dict[int, list[Trajectory]] = {i: [] for i in mine}
+    for tr in trajs:
+        tr.task_index = mine[tr.task_index]
+        local[tr.task_index].append(tr)
+    light = [_light(tr) for tr in trajs]
+    gathered = gather_object(light) if world > 1 else light
+    by_task: list[list[Trajectory]] = [[] for _ in tasks]
+    for tr in gathered:
+        by_task[tr.task_index].append(tr)
+    groups = [GroupResult(task=tasks[i], returns=tuple(t.ret for t in grp), successes=tuple(t.success for t in grp),
+                          env_options=options[i]) for i, grp in enumerate(by_task)]
+    return RolloutRound(groups, by_task, local, stats)
+
+
+def select_groups(source: Any, rounds: Sequence[RolloutRound]) -> list[int]:
+    """Positions (over all rounds' groups, in order) of the groups ``source.select`` keeps."""
+    groups = [grp for rnd in rounds for grp in rnd.groups]
+    where = {id(grp): j for j, grp in enumerate(groups)}
+    chosen = source.select(groups)
+    unknown = [grp.task.id for grp in chosen if id(grp) not in where]
+    if unknown:
+        raise ValueError(f"task source {source.name!r}: select() returned groups it was not given (tasks {unknown})")
+    kept = [where[id(grp)] for grp in chosen]
+    if len(set(kept)) != len(kept):
+        raise ValueError(f"task source {source.name!r}: select() returned a group more than once")
+    return kept
 
 
 def evaluate_sets(engine: RolloutEngine, eval_sets: Mapping[str, Sequence[TaskSpec]], accelerator: Accelerator,
@@ -175,6 +235,10 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
                               policy.eos_id, policy.stop_ids, policy.pad_id, policy.name), p), cfg.keep_checkpoints)
         accelerator.wait_for_everyone()
 
+    # a dynamic-sampling source (DAPO) gets up to max_refill_rounds extra rollout rounds per step
+    dynamic = isinstance(source, DynamicSampling)
+    refill_rounds = int(source.max_refill_rounds) if dynamic else 0  # type: ignore[attr-defined]
+
     t_start = time.perf_counter()
     bar = tqdm(total=cfg.steps, initial=start_step, desc="grpo", disable=not (main and cfg.progress_bar),
                dynamic_ncols=True)
@@ -189,75 +253,93 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
                 result.stopped_by_time = True
                 break
         t0 = time.perf_counter()
-        # 1. tasks and rollouts (this process's share of the tasks)
-        tasks = source.next_batch(step, r.tasks_per_step)
-        options = [source_env_options(source, t) for t in tasks]
-        mine = list(range(rank, len(tasks), world))
-        trajs, rstats = engine.run([tasks[i] for i in mine], r.group_size, generator=generator,
-                                   seed=(step * world + rank) * 100_000, env_options=[options[i] for i in mine],
-                                   model=unwrapped)
-        for tr in trajs:
-            tr.task_index = mine[tr.task_index]
-        returns = torch.tensor([tr.ret for tr in trajs], dtype=torch.float32).view(len(mine), r.group_size)
-        advantages = group_advantages(returns, g.scale_rewards, g.adv_eps).view(-1)
+        # 1. tasks and rollouts: round 0 is the step's batch; a dynamic-sampling source (DAPO) then asks
+        #    for refill rounds. Every process rolls out its share of each round and sees every group.
+        rounds: list[RolloutRound] = []
+        more = source.next_batch(step, r.tasks_per_step)
+        for round_ in range(1 + refill_rounds):
+            if round_ > 0:
+                more = source.refill(step)  # type: ignore[attr-defined]
+                if not more:
+                    break
+            rnd = rollout_round(engine, source, more, r.group_size, accelerator, generator=generator, model=unwrapped,
+                                seed=rollout_seed(step, round_, rank, world, 1 + refill_rounds))
+            source.observe(step, rnd.groups)
+            rounds.append(rnd)
 
-        # 2. every process sees every group (the source must stay identical across processes)
-        light = [_light(tr) for tr in trajs]
-        all_trajs = gather_object(light) if world > 1 else light
-        groups: list[list[Trajectory]] = [[] for _ in tasks]
-        for tr in all_trajs:
-            groups[tr.task_index].append(tr)
-        source.observe(step, [GroupResult(task=tasks[i], returns=tuple(t.ret for t in grp),
-                                          successes=tuple(t.success for t in grp), env_options=options[i])
-                              for i, grp in enumerate(groups)])
+        # 2. the groups to train on: the source's selection (DAPO: informative groups), else all of them.
+        #    Each process trains on the kept groups it rolled out (advantages within each group).
+        every = [(round_, i) for round_, rnd in enumerate(rounds) for i in range(len(rnd.groups))]
+        kept = select_groups(source, rounds) if dynamic else list(range(len(every)))
+        mine_kept = [rounds[round_].local[i] for round_, i in (every[j] for j in kept) if i % world == rank]
+        trajs = [tr for grp in mine_kept for tr in grp]
+        returns = torch.tensor([[tr.ret for tr in grp] for grp in mine_kept], dtype=torch.float32)
+        advantages = (group_advantages(returns, g.scale_rewards, g.adv_eps).view(-1).tolist() if mine_kept else [])
 
-        # 3. the update
+        # 3. the update (skipped, on every process alike, when the source kept no group). A process
+        #    with fewer trajectories than minibatches pads with null rows (no generated token: no loss,
+        #    no statistics) so that every process runs the same optimizer steps and collectives.
         t1 = time.perf_counter()
-        batch = make_batch([tr.transcript.ids for tr in trajs], [tr.transcript.action_mask for tr in trajs],
-                           [tr.transcript.logprobs for tr in trajs], advantages.tolist(), policy.pad_id)
-        if ref_model is not None:
-            batch.ref_logp = reference_logprobs(ref_model, batch, g.micro_batch_size, r.temperature)
         sums = {"tokens": 0.0, "clip_low": 0.0, "clip_high": 0.0, "entropy": 0.0, "kl": 0.0, "kl_old": 0.0,
                 "ratio": 0.0}
-        losses, grad_norms = [], []
-        model.train()
-        for epoch in range(g.epochs):
-            order = np.random.default_rng([cfg.seed, step, epoch]).permutation(len(batch))
-            for mb in np.array_split(order, g.minibatches):
-                mb_batch = batch.select(mb)
-                local = torch.tensor([float(mb_batch.action_mask.sum()), float(len(mb))])
-                totals = accelerator.reduce(local, reduction="sum") if world > 1 else local
-                n_tokens, n_seqs = float(totals[0]) / world, float(totals[1]) / world
-                # micro-batches of similar lengths pad little; the global normalizers keep the sum exact
-                by_len = sorted(mb.tolist(), key=lambda i: int(batch.attention_mask[i].sum()))
-                micro = [by_len[s:s + g.micro_batch_size] for s in range(0, len(by_len), g.micro_batch_size)]
-                mb_loss = 0.0
-                for k, idx in enumerate(micro):
-                    sub = batch.select(idx)
-                    sync = k == len(micro) - 1
-                    ctx = accelerator.no_sync(model) if (world > 1 and not sync) else nullcontext()
-                    with ctx:
-                        loss, st = grpo_loss(model, sub, loss_settings, n_tokens=n_tokens, n_seqs=n_seqs)
-                        accelerator.backward(loss)
-                    mb_loss += float(loss.detach())
-                    for key in sums:
-                        sums[key] += st[key]
-                grad_norms.append(float(accelerator.clip_grad_norm_(model.parameters(), g.max_grad_norm)))
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                losses.append(mb_loss)
-        scheduler.step()
-        model.eval()
+        losses, grad_norms, update_tokens = [], [], 0.0
+        if kept:
+            n_null = max(0, g.minibatches - len(trajs))
+            null_ids = [policy.pad_id, policy.pad_id]
+            batch = make_batch([tr.transcript.ids for tr in trajs] + [null_ids] * n_null,
+                               [tr.transcript.action_mask for tr in trajs] + [[0, 0]] * n_null,
+                               [tr.transcript.logprobs for tr in trajs] + [[0.0, 0.0]] * n_null,
+                               advantages + [0.0] * n_null, policy.pad_id)
+            real = torch.tensor([1.0] * len(trajs) + [0.0] * n_null)
+            update_tokens = float(batch.attention_mask[: len(trajs)].sum()) * g.epochs
+            if ref_model is not None:
+                batch.ref_logp = reference_logprobs(ref_model, batch, g.micro_batch_size, r.temperature)
+            model.train()
+            for epoch in range(g.epochs):
+                order = np.random.default_rng([cfg.seed, step, epoch]).permutation(len(batch))
+                for mb in np.array_split(order, g.minibatches):
+                    mb_batch = batch.select(mb)
+                    local = torch.tensor([float(mb_batch.action_mask.sum()), float(real[mb].sum())])
+                    totals = accelerator.reduce(local, reduction="sum") if world > 1 else local
+                    n_tokens, n_seqs = float(totals[0]) / world, float(totals[1]) / world
+                    if n_tokens == 0.0:  # nothing generated in this minibatch on any process: no loss, no step
+                        continue
+                    # micro-batches of similar lengths pad little; the global normalizers keep the sum exact
+                    by_len = sorted(mb.tolist(), key=lambda i: int(batch.attention_mask[i].sum()))
+                    micro = [by_len[s:s + g.micro_batch_size] for s in range(0, len(by_len), g.micro_batch_size)]
+                    mb_loss = 0.0
+                    for k, idx in enumerate(micro):
+                        sub = batch.select(idx)
+                        sync = k == len(micro) - 1
+                        ctx = accelerator.no_sync(model) if (world > 1 and not sync) else nullcontext()
+                        with ctx:
+                            loss, st = grpo_loss(model, sub, loss_settings, n_tokens=n_tokens, n_seqs=n_seqs)
+                            accelerator.backward(loss)
+                        mb_loss += float(loss.detach())
+                        for key in sums:
+                            sums[key] += st[key]
+                    grad_norms.append(float(accelerator.clip_grad_norm_(model.parameters(), g.max_grad_norm)))
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+                    losses.append(mb_loss)
+            model.eval()
+        with warnings.catch_warnings():  # a step without an update still advances the schedule
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step", category=UserWarning)
+            scheduler.step()
         t2 = time.perf_counter()
 
-        # 4. metrics (over all processes)
-        stat_vec = torch.tensor([sums[k] for k in sums] + [rstats.gen_time, rstats.env_time, float(rstats.gen_tokens),
-                                                           float(batch.attention_mask.sum()) * g.epochs,
-                                                           float(np.mean(losses)), float(np.mean(grad_norms))])
+        # 4. metrics (over all processes; rewards over every rollout of the step, refills included)
+        rs = [rnd.stats for rnd in rounds]
+        stat_vec = torch.tensor([sums[k] for k in sums] + [sum(s.gen_time for s in rs), sum(s.env_time for s in rs),
+                                                           float(sum(s.gen_tokens for s in rs)), update_tokens,
+                                                           float(np.mean(losses)) if losses else 0.0,
+                                                           float(np.mean(grad_norms)) if grad_norms else 0.0])
         if world > 1:
             stat_vec = accelerator.reduce(stat_vec, reduction="sum")
         tot = dict(zip(list(sums) + ["gen_time", "env_time", "gen_tokens", "update_tokens", "loss", "grad_norm"],
                        stat_vec.tolist()))
+        groups = [grp for rnd in rounds for grp in rnd.light]
+        all_trajs = [t for grp in groups for t in grp]
         rets = np.array([t.ret for t in all_trajs])
         stds = [float(np.std([t.ret for t in grp])) for grp in groups]
         actions = sum(t.turns for t in all_trajs)
@@ -272,6 +354,7 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
             "tool_error_rate": sum(t.errors for t in all_trajs) / max(actions, 1),
             "truncated": float(np.mean([t.truncated for t in all_trajs])),
             # each process's loss is its share of the global normalizer, so the global loss is their mean
+            # (loss and grad_norm are 0 on a step without an update: the source kept no group)
             "loss": tot["loss"] / world, "grad_norm": tot["grad_norm"] / world,
             "kl": tot["kl"] / ntok, "kl_old": tot["kl_old"] / ntok,
             "clip_frac": (tot["clip_low"] + tot["clip_high"]) / ntok, "clip_low": tot["clip_low"] / ntok,
@@ -282,7 +365,10 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
             "tokens_per_s": (tot["gen_tokens"] + tot["update_tokens"]) / max(t2 - t0, 1e-9),
             "time_gen": tot["gen_time"] / world, "time_env": tot["env_time"] / world, "time_update": t2 - t1,
             "time_step": t2 - t0, "lr": float(scheduler.get_last_lr()[0]),
-            "episodes": len(all_trajs), "extra_rollouts": int(getattr(source, "extra_rollouts", 0)),
+            # episodes: the step's batch (n * G, every arm's budget); rollouts: all generated, refills included
+            "episodes": sum(len(grp) for grp in rounds[0].light), "rollouts": len(all_trajs),
+            "extra_rollouts": int(getattr(source, "extra_rollouts", 0)),
+            "groups": len(groups), "groups_kept": len(kept), "refill_rounds": len(rounds) - 1,
         }
         record.update({f"source/{k}": float(v) for k, v in source.telemetry().items()})
         history.append(record)

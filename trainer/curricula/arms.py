@@ -98,6 +98,11 @@ class DynamicSampling(Protocol):
         while more := source.refill(step):          # at most source.max_refill_rounds rounds
             extra = rollouts(more); source.observe(step, extra); groups += extra
         groups = source.select(groups)              # the groups to train on (<= n)
+
+    :func:`rods_gym.trainer.loop.grpo_train` runs this protocol for every source that has these
+    members (refill rollouts use their own env seeds; ``select`` must return groups it was given,
+    by identity; a step that keeps no group makes no update). The trainer's metrics carry the
+    step's ``rollouts`` (batch + refills), ``refill_rounds``, ``groups`` and ``groups_kept``.
     """
 
     max_refill_rounds: int
