@@ -7,6 +7,11 @@ additionalProperties: false), so each tool's schema is compiled once into a chec
 returns the first problem as a readable message. Anything outside that subset is rejected at
 compile time. ``tests/test_argcheck.py`` checks with hypothesis that the checker accepts
 exactly what ``jsonschema`` accepts.
+
+Each property also gets a fused *accept test* (one call, no messages) for the common
+shapes (strings with pattern/length/enum, bounded numbers). It only ever accepts values the
+full check accepts; anything it does not accept goes through the full check, which gives the
+result and the message, so results are the same with or without it.
 """
 
 from __future__ import annotations
@@ -27,6 +32,9 @@ _JSON_TYPE = {
     "boolean": lambda v: isinstance(v, bool),
 }
 Check = Callable[[Any], "str | None"]
+Accept = Callable[[Any], bool]
+_STRING_KEYS = {"type", "pattern", "minLength", "maxLength", "enum", "description", "format", "title"}
+_NUMBER_KEYS = {"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "description", "format", "title"}
 
 
 def _short(value: Any, limit: int = 40) -> str:
@@ -84,6 +92,38 @@ def compile_property(name: str, schema: Mapping[str, Any]) -> Check:
     return check
 
 
+def compile_accept(schema: Mapping[str, Any]) -> Accept | None:
+    """A one-call test that is True only for values :func:`compile_property` accepts (a
+    sufficient condition: False means "run the full check"), or None for other shapes."""
+    keys = {k for k in schema if not k.startswith("x-")}
+    jtype = schema.get("type")
+    if jtype == "string" and keys <= _STRING_KEYS:
+        rx = re.compile(schema["pattern"]) if "pattern" in schema else None
+        lo = schema.get("minLength", 0)
+        hi = schema.get("maxLength", math.inf)
+        if "enum" in schema:  # only its strings: 1 == True and the like stay with the full check
+            members = frozenset(a for a in schema["enum"] if type(a) is str)
+            return lambda v: (type(v) is str and v in members and lo <= len(v) <= hi
+                              and (rx is None or rx.search(v) is not None))
+        return lambda v: type(v) is str and lo <= len(v) <= hi and (rx is None or rx.search(v) is not None)
+    if jtype in ("number", "integer") and keys <= _NUMBER_KEYS:
+        bounds = [(schema[key], op) for key, op in (("minimum", operator.ge), ("maximum", operator.le),
+                                                     ("exclusiveMinimum", operator.gt), ("exclusiveMaximum", operator.lt))
+                  if key in schema]
+        if not all(type(b) in (int, float) for b, _ in bounds):
+            return None
+        lo = max((b for b, op in bounds if op is operator.ge), default=-math.inf)
+        hi = min((b for b, op in bounds if op is operator.le), default=math.inf)
+        lo_x = max((b for b, op in bounds if op is operator.gt), default=-math.inf)
+        hi_x = min((b for b, op in bounds if op is operator.lt), default=math.inf)
+        if jtype == "integer":
+            return lambda v: ((type(v) is int or (type(v) is float and v.is_integer()))
+                              and lo <= v <= hi and lo_x < v < hi_x)
+        return lambda v: ((type(v) is int or (type(v) is float and math.isfinite(v)))
+                          and lo <= v <= hi and lo_x < v < hi_x)
+    return None
+
+
 class ArgChecker:
     """A compiled checker for one tool's ``parameters`` object schema."""
 
@@ -92,9 +132,24 @@ class ArgChecker:
         self.props = {n: compile_property(n, s) for n, s in parameters["properties"].items()}
         self.required = tuple(parameters.get("required", ()))
         self.closed = parameters.get("additionalProperties", True) is False
+        self._accept: dict[str, Accept] = {}
+        for n, s in parameters["properties"].items():
+            accept = compile_accept(s)
+            self._accept[n] = accept if accept is not None else (lambda v, prop=self.props[n]: prop(v) is None)
+        self._required = frozenset(self.required)
 
     def check(self, args: Any) -> str | None:
         """Return ``None`` when ``args`` is valid, else a message naming the problem."""
+        if type(args) is dict and self._required <= args.keys():  # fast accept, else the full check
+            accept = self._accept
+            for key, value in args.items():
+                test = accept.get(key)
+                if test is None or not test(value):
+                    return self._check(args)
+            return None
+        return self._check(args)
+
+    def _check(self, args: Any) -> str | None:
         if not isinstance(args, dict):
             return f"arguments of {self.tool} must be a JSON object, got {type(args).__name__}"
         missing = [r for r in self.required if r not in args]

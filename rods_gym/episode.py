@@ -172,7 +172,8 @@ class Episode:
         if self.done:
             return self._error(out, "episode_over", "the episode is over; call reset()", None)
         self.steps += 1
-        before = self.progress
+        n_required = self.c.n_required
+        before = (len(self.satisfied) + self.answered) / n_required
         if isinstance(action, Invalid):
             self._error(out, action.error, action.message, None)
         elif isinstance(action, ToolCall):
@@ -185,11 +186,12 @@ class Episode:
             raise TypeError(f"unknown action {action!r}")
         if out.error == "none":
             self.last_error = "none"
-        after = self.progress
-        out.reward += after - before
-        if self.success and not self.done and (self.turn == len(self.task.turns) - 1):
+        done = len(self.satisfied) + self.answered
+        out.reward += done / n_required - before
+        success = done == n_required
+        if success and not self.done and (self.turn == len(self.task.turns) - 1):
             self.done = out.terminated = True
-        if out.terminated and self.success:
+        if out.terminated and success:
             out.reward += self.reward_cfg.success_bonus
         if not self.done and self.steps >= self.max_steps:
             self.done = out.truncated = True
@@ -232,13 +234,14 @@ class Episode:
         self._match(name, args, result)
 
     def _match(self, name: str, args: Mapping[str, Any], result: Mapping[str, Any]) -> None:
-        for cid in self.c.by_tool.get(name, ()):
-            if cid in self.satisfied or self.c.turn_of[cid] > self.turn or frozenset(args) != self.c.keys[cid]:
+        c = self.c
+        for cid in c.by_tool.get(name, ()):
+            if cid in self.satisfied or c.turn_of[cid] > self.turn or args.keys() != c.keys[cid]:
                 continue
-            if not all(values_equal(args[p], v) for p, v in self.c.facts[cid].items()):
-                continue
+            if not all(args[p] == v if type(v) is str else values_equal(args[p], v) for p, v in c.facts[cid].items()):
+                continue  # (text equals text only: values_equal on a str is ==)
             ok = True
-            for p, src, f in self.c.bound[cid]:
+            for p, src, f in c.bound[cid]:
                 got = self.satisfied.get(src)
                 if got is None or not _revealed(got, f, args[p]):
                     ok = False

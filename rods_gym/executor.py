@@ -7,14 +7,18 @@ so a call that fails changes nothing. Outputs are bounded (searches return at mo
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from typing import Any, Mapping
 
 import numpy as np
 
 from .domain import EntitySpec, ToolSpec
-from .world import Record, ValuePools, WorldState, generate_value
+from .world import Draw, Record, ValuePools, WorldState, compile_generator
 
 SEARCH_LIMIT = 10
+SEED_CACHE = 4096  # seeded generator states kept for created records
+DRAWN_CACHE = 8192  # drawn field values kept for created records
 
 
 class ToolError(Exception):
@@ -48,30 +52,84 @@ def _matches(rec: Record, filters: list[tuple[str, Any]]) -> bool:
     return True
 
 
+def _found(state: WorldState, entity: str, filters: list[tuple[str, Any]]) -> list[Record]:
+    """Records of ``entity`` matching ``filters``, in ``state.records`` order. A text filter on
+    a table the episode has not written reads the world's value index (a text value only ever
+    equals the same text, so the index bucket holds exactly the candidates, in table order)."""
+    for k, (f, v) in enumerate(filters):
+        if type(v) is str:
+            index = state.base_index(entity, f)
+            if index is not None:
+                rest = filters[:k] + filters[k + 1 :]  # the bucket's records match filter k
+                bucket = index.get(v, ())
+                return [r for r in bucket if _matches(r, rest)] if rest else list(bucket)
+            break
+    return [r for r in state.records(entity) if _matches(r, filters)]
+
+
 def _label(ent: EntitySpec) -> str:
     return ent.name.split(".", 1)[1].replace("_", " ")
 
 
+class _ToolPlan:
+    """Per-tool lookups the kinds need on every call, derived once from the spec."""
+
+    __slots__ = ("tool", "field_of", "id_param", "outputs")
+
+    def __init__(self, tool: ToolSpec, ent: EntitySpec | None) -> None:
+        self.tool = tool
+        self.field_of = {p.name: p.field for p in tool.params}
+        ids = [p.name for p in tool.params if ent is not None and p.field == ent.id_field]
+        self.id_param = ids[0] if ids else None
+        self.outputs = tuple(f for f, _ in tool.outputs)
+
+
 class Executor:
-    """Runs tools of a suite. Stateless apart from the suite's specs."""
+    """Runs tools of a suite. Stateless apart from the suite's specs and caches derived from
+    them (per-tool lookups, compiled field generators, seeded generator states)."""
 
     def __init__(self, entities: Mapping[str, EntitySpec], id_entity: Mapping[str, str], pools: ValuePools) -> None:
         self.entities = entities
         self.id_entity = id_entity  # id value type -> qualified entity
         self.pools = pools
+        self._plans: dict[str, _ToolPlan] = {}
+        self._draws: dict[str, tuple[EntitySpec, list[tuple[str, str | None, Draw]]]] = {}
+        self._seeded: OrderedDict[tuple[int, int, int], dict[str, Any]] = OrderedDict()
+        self._drawn: OrderedDict[tuple[Any, ...], tuple[Any, ...]] = OrderedDict()
+        self._local = threading.local()  # one scratch generator per thread, re-seeded per record
+        self._kinds: dict[str, Any] = {}  # kind -> the bound method that runs it
+
+    def __getstate__(self) -> dict[str, Any]:  # caches (and the thread-local) stay behind
+        return {"entities": self.entities, "id_entity": self.id_entity, "pools": self.pools}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["entities"], state["id_entity"], state["pools"])  # type: ignore[misc]
 
     def run(self, tool: ToolSpec, args: Mapping[str, Any], state: WorldState) -> dict[str, Any]:
         if tool.hook is not None:
             return tool.hook(tool, dict(args), state, self)
-        return getattr(self, "_" + tool.kind)(tool, args, state)
+        run_kind = self._kinds.get(tool.kind)
+        if run_kind is None:
+            run_kind = self._kinds[tool.kind] = getattr(self, "_" + tool.kind)
+        return run_kind(tool, args, state)
 
     # -- helpers -----------------------------------------------------------------------
+    def _plan(self, tool: ToolSpec) -> _ToolPlan:
+        plan = self._plans.get(tool.name)
+        if plan is None or plan.tool is not tool:
+            plan = _ToolPlan(tool, self.entities.get(tool.entity))
+            self._plans[tool.name] = plan
+        return plan
+
     def _filters(self, tool: ToolSpec, args: Mapping[str, Any]) -> list[tuple[str, Any]]:
-        return [(tool.param(k).field, v) for k, v in args.items()]
+        field_of = self._plan(tool).field_of
+        return [(field_of[k] if k in field_of else tool.param(k).field, v) for k, v in args.items()]
 
     def _target(self, tool: ToolSpec, args: Mapping[str, Any], state: WorldState) -> tuple[EntitySpec, Record]:
         ent = self.entities[tool.entity]
-        pname = next(p.name for p in tool.params if p.field == ent.id_field)
+        pname = self._plan(tool).id_param
+        if pname is None:  # a tool without an id parameter (domain loading rules this out)
+            raise StopIteration
         rec = state.get(ent.name, args[pname])
         if rec is None:
             raise ToolError("not_found", f"no {_label(ent)} with {ent.id_field} {args[pname]!r}")
@@ -91,43 +149,96 @@ class Executor:
                 if state.get(target, args[p.name]) is None:
                     raise ToolError("not_found", f"no {_label(self.entities[target])} with id {args[p.name]!r}")
 
+    def _record_rng(self, world_seed: int, rid: str) -> np.random.Generator:
+        """The generator ``np.random.default_rng([world_seed, sum(map(ord, rid)), len(rid)])``,
+        in its freshly seeded state. Seeding costs ~10 µs, so the seeded state is cached per
+        key and loaded into a per-thread scratch generator (the same draws follow)."""
+        key = (world_seed, sum(map(ord, rid)), len(rid))
+        state = self._seeded.get(key)
+        if state is None:
+            state = np.random.default_rng(list(key)).bit_generator.state
+            self._seeded[key] = state
+            if len(self._seeded) > SEED_CACHE:
+                self._seeded.popitem(last=False)
+        rng = getattr(self._local, "rng", None)
+        if rng is None:
+            rng = self._local.rng = np.random.default_rng(0)
+        rng.bit_generator.state = state
+        return rng
+
+    def _field_draws(self, ent: EntitySpec) -> list[tuple[str, str | None, Draw]]:
+        hit = self._draws.get(ent.name)
+        if hit is None or hit[0] is not ent:
+            if hit is not None:  # another spec under this name: forget what the old one drew
+                self._drawn.clear()
+            hit = (ent, [(f.name, f.ref, compile_generator(f)) for f in ent.fields[1:]])
+            self._draws[ent.name] = hit
+        return hit[1]
+
     def _new_record(self, ent: EntitySpec, values: Mapping[str, Any], state: WorldState) -> Record:
+        """A created record: given ``values``, the rest drawn with a generator seeded by the
+        world and the new id. The draws are a pure function of the world seed, the id, which
+        fields are given and the ids of the referenced tables, so they are memoized on those
+        (episodes that replay a task create the same records)."""
         rid = state.new_id(ent)
-        rng = np.random.default_rng([state.world.seed, sum(map(ord, rid)), len(rid)])
+        draws = self._field_draws(ent)
+        missing = tuple(name for name, _, _ in draws if name not in values)
+        drawn: tuple[Any, ...] = ()
+        if missing:
+            tables: dict[str, tuple[Any, ...]] = {}  # ids of the referenced tables, as they are now
+            for name, ref, _ in draws:
+                if ref and name not in values and ref not in tables:
+                    id_field = self.entities[ref].id_field
+                    tables[ref] = tuple(r[id_field] for r in state.records(ref))
+            key = (ent.name, state.world.seed, rid, missing, tuple(tables.items()))
+            hit = self._drawn.get(key)
+            if hit is None:
+                rng = self._record_rng(state.world.seed, rid)
+                hit = tuple(draw(rng, self.pools, 0, tables) for name, _, draw in draws if name not in values)
+                self._drawn[key] = hit
+                if len(self._drawn) > DRAWN_CACHE:
+                    self._drawn.popitem(last=False)
+            drawn = hit
         rec: Record = {ent.id_field: rid}
-        tables = {e: {r[self.entities[e].id_field]: r for r in state.records(e)}
-                  for e in {f.ref for f in ent.fields[1:] if f.ref and f.name not in values}}
-        for f in ent.fields[1:]:
-            rec[f.name] = values[f.name] if f.name in values else generate_value(f, rng, self.pools, 0, tables)
+        k = 0
+        for name, _, _ in draws:
+            if name in values:
+                rec[name] = values[name]
+            else:
+                rec[name] = drawn[k]
+                k += 1
         return rec
 
     # -- kinds -------------------------------------------------------------------------
     def _lookup(self, tool: ToolSpec, args: Mapping[str, Any], state: WorldState) -> dict[str, Any]:
         ent = self.entities[tool.entity]
         filters = self._filters(tool, args)
-        found = [r for r in state.records(ent.name) if _matches(r, filters)]
+        found = _found(state, ent.name, filters)
         if not found:
             desc = ", ".join(f"{f} {v!r}" for f, v in filters)
             raise ToolError("not_found", f"no {_label(ent)} with {desc}")
         if len(found) > 1:
             raise ToolError("ambiguous", f"{len(found)} {_label(ent)} records match; give more details")
-        return {f: found[0][f] for f, _ in tool.outputs}
+        rec = found[0]
+        return {f: rec[f] for f in self._plan(tool).outputs}
 
     def _search(self, tool: ToolSpec, args: Mapping[str, Any], state: WorldState) -> dict[str, Any]:
         ent = self.entities[tool.entity]
         filters = self._filters(tool, args)
-        found = sorted((r for r in state.records(ent.name) if _matches(r, filters)), key=lambda r: r[ent.id_field])
-        return {"results": [{f: r[f] for f, _ in tool.outputs} for r in found[:SEARCH_LIMIT]], "total": len(found)}
+        id_field = ent.id_field
+        found = sorted(_found(state, ent.name, filters), key=lambda r: r[id_field])
+        outputs = self._plan(tool).outputs
+        return {"results": [{f: r[f] for f in outputs} for r in found[:SEARCH_LIMIT]], "total": len(found)}
 
     def _read(self, tool: ToolSpec, args: Mapping[str, Any], state: WorldState) -> dict[str, Any]:
         _, rec = self._target(tool, args, state)
-        return {f: rec[f] for f, _ in tool.outputs}
+        return {f: rec[f] for f in self._plan(tool).outputs}
 
     def _create(self, tool: ToolSpec, args: Mapping[str, Any], state: WorldState) -> dict[str, Any]:
         ent = self.entities[tool.entity]
         self._check_refs(tool, args, state)
         values = dict(tool.defaults)
-        values.update({tool.param(k).field: v for k, v in args.items()})
+        values.update(self._filters(tool, args))
         rec = self._new_record(ent, values, state)
         state.put(ent.name, rec, ent.id_field)
         return {f: rec[f] for f, _ in tool.outputs}
@@ -187,7 +298,7 @@ class Executor:
     def _aggregate(self, tool: ToolSpec, args: Mapping[str, Any], state: WorldState) -> dict[str, Any]:
         ent = self.entities[tool.entity]
         filters = self._filters(tool, args)
-        found = [r for r in state.records(ent.name) if _matches(r, filters)]
+        found = _found(state, ent.name, filters)
         name = tool.outputs[0][0]
         if tool.op == "count":
             return {name: len(found)}

@@ -97,21 +97,46 @@ def _name(name: str, wording: Wording) -> str:
     return name.replace("_", " ") if wording.spaced_fields else name
 
 
+class _TaskIndex:
+    """A task's calls, bound arguments and withheld parameters by call id (built once per rendering)."""
+
+    __slots__ = ("call", "bound", "withheld")
+
+    def __init__(self, task: TaskSpec) -> None:
+        self.call: dict[str, Any] = {}
+        for c in task.calls:
+            self.call.setdefault(c.id, c)  # the first call of an id, as task.call() finds
+        self.bound: dict[str, dict[str, Any]] = {c.id: {} for c in task.calls}
+        for d in task.deps:
+            self.bound.setdefault(d.dst, {})[d.param] = d
+        self.withheld: dict[str, set[str]] = {}
+        for t in task.turns:
+            for c, p in t.withheld:
+                self.withheld.setdefault(c, set()).add(p)
+
+
 def describe_call(task: TaskSpec, cid: str, suite: "Suite", turn: int, depth: int = 0,
                   wording: Wording = WORDINGS[0]) -> str:
-    call = task.call(cid)
+    return _describe(task, _TaskIndex(task), cid, suite, turn, depth, wording)
+
+
+def _describe(task: TaskSpec, index: _TaskIndex, cid: str, suite: "Suite", turn: int, depth: int,
+              wording: Wording) -> str:
+    if cid not in index.call:
+        task.call(cid)  # raises the KeyError naming the id
+    call = index.call[cid]
     tool = suite.tools[call.tool]
-    bound = task.bound(cid)
-    withheld = {p for t in task.turns for c, p in t.withheld if c == cid}
+    bound = index.bound.get(cid, {})
+    withheld = index.withheld.get(cid, ())
     described: dict[str, str] = {}
     for p, v in call.args.items():
         if p in bound:
             d = bound[p]
-            src = task.call(d.src)
+            src = task.call(d.src) if d.src not in index.call else index.call[d.src]
             if src.turn < turn:
                 described[p] = wording.earlier.format(field=_name(d.field, wording))
             else:
-                inner = describe_call(task, d.src, suite, turn, depth + 1, wording)
+                inner = _describe(task, index, d.src, suite, turn, depth + 1, wording)
                 described[p] = wording.dependency.format(field=_name(d.field, wording), call=inner)
         elif p in withheld:
             described[p] = wording.withheld.format(param=p.replace("_", " "))
@@ -136,16 +161,27 @@ def render_turn_messages(task: TaskSpec, suite: "Suite", style: int | None = Non
     ``k`` uses ``WORDINGS[k % N_STYLES]`` with openers picked from ``k``.
     """
     wording = WORDINGS[0] if style is None else WORDINGS[style % N_STYLES]
+    index = _TaskIndex(task)
+    # the turns each producer feeds
+    feeds: dict[str, set[int]] = {}
+    well_formed = all(d.dst in index.call for d in task.deps)
+    for d in task.deps:
+        if well_formed:
+            feeds.setdefault(d.src, set()).add(index.call[d.dst].turn)
     producers = {d.src for d in task.deps}
     out = []
     salt = sum(map(ord, task.id)) if style is None else style // N_STYLES
     for turn in range(len(task.turns)):
         goals = []
         for c in task.calls:
-            feeds_this_turn = c.id in producers and any(task.call(d.dst).turn == turn for d in task.deps if d.src == c.id)
+            if well_formed:
+                feeds_this_turn = turn in feeds.get(c.id, ())
+            else:  # a dependency on a missing call: evaluate as written, raising where it is reached
+                feeds_this_turn = c.id in producers and any(task.call(d.dst).turn == turn for d in task.deps
+                                                            if d.src == c.id)
             if c.turn != turn or feeds_this_turn:
                 continue
-            text = describe_call(task, c.id, suite, turn, wording=wording)
+            text = _describe(task, index, c.id, suite, turn, 0, wording)
             if task.answer is not None and task.answer.call == c.id:
                 text += wording.answer.format(field=task.answer.field.replace("_", " "))
             goals.append(text)

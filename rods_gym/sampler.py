@@ -21,21 +21,20 @@ from __future__ import annotations
 
 import heapq
 import json
-from collections import Counter, OrderedDict
-from dataclasses import asdict, dataclass, field, replace
+from collections import Counter
+from dataclasses import asdict, dataclass, field
 from typing import Any, Collection, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from .domain import ToolSpec
+from .domain import FieldSpec, ToolSpec
 from .executor import ToolError
 from .instructions import render_turn_messages
 from .suite import Suite
 from .task import Answer, Call, Dep, TaskSpec, Turn, format_value
-from .world import WorldState, generate_value
+from .world import Draw, WorldState, compile_generator
 
 Range = tuple[int, int]
-INDEX_CACHE = 2048  # (world, entity, field) value indexes kept by an Instantiator
 
 
 @dataclass(frozen=True)
@@ -140,6 +139,19 @@ class TaskSampler:
         self.values = Instantiator(suite)
         if not self.allowed:
             raise ValueError("no tools left to sample from")
+        # lookups the structure stage reads on every attempt, derived once per sampler
+        tools = suite.tools
+        # per tool: (param, required, its producers) in parameter order
+        self._param_producers = {t: [(p.name, p.required, self.producers[t].get(p.name, ())) for p in tools[t].params]
+                                 for t in self.allowed}
+        # a lookup of entity E must not be fed by a call that consumes E's id (see _producer_options)
+        self._loop_type = {t: suite.entities[tools[t].entity].id_field if tools[t].kind == "lookup" else None
+                           for t in self.allowed}
+        self._required_consumers = {vtype: [(t, p) for t, p in cs if tools[t].param(p).required]
+                                    for vtype, cs in self.consumers.items()}
+        self._not_aggregate = [t for t in self.allowed if tools[t].kind != "aggregate"]
+        self._domain = {t: spec.domain for t, spec in tools.items()}
+        self._distractor_index = DistractorIndex(suite, self.allowed)
 
     # -- public ------------------------------------------------------------------------
     def sample(self, index: int) -> TaskSpec:
@@ -192,15 +204,13 @@ class TaskSampler:
                 return None
             if turn > 0 and rng.random() < 0.5:
                 self._link_turns(draft, rng, turn)
-        if _depth(draft) != depth:
+        order, got_depth = _order_and_depth(draft)
+        if order is None or got_depth != depth:
             return None
-        if want_cross and not any(self.suite.domain_of(draft.nodes[s].tool) != self.suite.domain_of(draft.nodes[d].tool)
-                                  for s, d, _, _ in draft.deps):
+        domain = self._domain
+        if want_cross and not any(domain[draft.nodes[s].tool] != domain[draft.nodes[d].tool] for s, d, _, _ in draft.deps):
             return None
         world_seed = cfg.world_offset + int(rng.integers(0, cfg.world_pool))
-        order = _topo_order(draft)
-        if order is None:
-            return None
         outputs = self.values.instantiate(draft, order, world_seed, rng)
         if outputs is None:
             return None
@@ -208,70 +218,82 @@ class TaskSampler:
 
     # -- structure ---------------------------------------------------------------------
     def _producer_options(self, draft: Draft, i: int, used_types: set[str]) -> list[tuple[str, str, str, str]]:
-        node = draft.nodes[i]
-        tool = self.suite.tools[node.tool]
-        taken = draft.tools()
-        bound = draft.bound(i)
+        return self._options(draft.nodes[i].tool, draft.tools(), draft.bound(i), used_types)
+
+    def _options(self, tool: str, taken: Collection[str], bound: Collection[str],
+                 used_types: set[str]) -> list[tuple[str, str, str, str]]:
+        """``(param, src tool, out field, type)`` producers that can feed a free required
+        parameter of ``tool``: a type not used along the chain, a tool not yet taken."""
         # a lookup of entity E fed by a call that already consumes E's id is a loop
         # ("read the traveler to get their email, then find the traveler by email")
-        loop_type = self.suite.entities[tool.entity].id_field if tool.kind == "lookup" else None
+        loop_type = self._loop_type[tool]
+        param_types = self.param_types
         out = []
-        for p in tool.params:
-            if not p.required or p.name in bound:
+        for pname, required, producers in self._param_producers[tool]:
+            if not required or pname in bound:
                 continue
-            for src, f, vtype in self.producers[node.tool].get(p.name, ()):
-                if vtype not in used_types and src not in taken and loop_type not in self.param_types[src]:
-                    out.append((p.name, src, f, vtype))
+            for src, f, vtype in producers:
+                if vtype not in used_types and src not in taken and loop_type not in param_types[src]:
+                    out.append((pname, src, f, vtype))
         return out
 
     def _structure(self, draft: Draft, rng: np.random.Generator, turn: int, depth: int, extra: int,
                    answer: bool) -> bool:
-        tools = self.suite.tools
-        taken = draft.tools()
-        if answer:
-            pool = [t for t in self.answerable if t not in taken]
-        else:
-            pool = [t for t in self.allowed if t not in taken]
+        taken = draft.tools()  # kept up to date as nodes are added
+        bound: dict[int, set[str]] = {}  # node -> its bound parameters, kept up to date
+        for _, d, p, _ in draft.deps:
+            bound.setdefault(d, set()).add(p)
+        no_params: set[str] = set()
+        pool = self.answerable if answer else self.allowed
+        if taken:
+            pool = [t for t in pool if t not in taken]
         if not pool:
             return False
         sink = len(draft.nodes)
         draft.nodes.append(DraftNode(pool[int(rng.integers(0, len(pool)))], turn))
+        taken.add(draft.nodes[sink].tool)
         dist = {sink: 0}
         chain_types: dict[int, set[str]] = {sink: set()}
         cur = sink
         for _ in range(depth - 1):
-            opts = self._producer_options(draft, cur, chain_types[cur])
+            opts = self._options(draft.nodes[cur].tool, taken, bound.get(cur, no_params), chain_types[cur])
             if not opts:
                 return False
             param, src, f, vtype = opts[int(rng.integers(0, len(opts)))]
             j = len(draft.nodes)
             draft.nodes.append(DraftNode(src, turn))
             draft.deps.append((j, cur, param, f))
+            taken.add(src)
+            bound.setdefault(cur, set()).add(param)
             dist[j] = dist[cur] + 1
             chain_types[j] = chain_types[cur] | {vtype}
             cur = j
         for _ in range(extra):
             mode = int(rng.integers(0, 3))
             if mode == 0:  # another producer for a free parameter (branching)
-                cands = [i for i in dist if dist[i] < depth - 1 and len(draft.bound(i)) < self.config.branching
-                         and self._producer_options(draft, i, chain_types[i])]
+                cands = [i for i in dist if dist[i] < depth - 1 and len(bound.get(i, no_params)) < self.config.branching
+                         and self._options(draft.nodes[i].tool, taken, bound.get(i, no_params), chain_types[i])]
                 if not cands:
                     continue
                 i = cands[int(rng.integers(0, len(cands)))]
-                opts = self._producer_options(draft, i, chain_types[i])
+                opts = self._options(draft.nodes[i].tool, taken, bound.get(i, no_params), chain_types[i])
                 param, src, f, vtype = opts[int(rng.integers(0, len(opts)))]
                 j = len(draft.nodes)
                 draft.nodes.append(DraftNode(src, turn))
                 draft.deps.append((j, i, param, f))
+                taken.add(src)
+                bound.setdefault(i, set()).add(param)
                 dist[j] = dist[i] + 1
                 chain_types[j] = chain_types[i] | {vtype}
             elif mode == 1:  # a second consumer of an existing output (fan-out)
-                taken = draft.tools()
                 cands = []
                 for i in dist:
+                    types_i = chain_types[i]
                     for f, vtype in self.suite.ports[draft.nodes[i].tool]:
-                        for t, p in self.consumers.get(vtype, ()):
-                            if t not in taken and vtype not in chain_types[i] and tools[t].param(p).required:
+                        if vtype in types_i:
+                            continue
+                        for t, p in self._required_consumers.get(vtype, ()):
+                            if t not in taken:
                                 cands.append((i, f, vtype, t, p))
                 if not cands:
                     continue
@@ -279,15 +301,17 @@ class TaskSampler:
                 j = len(draft.nodes)
                 draft.nodes.append(DraftNode(t, turn))
                 draft.deps.append((i, j, p, f))
+                taken.add(t)
+                bound.setdefault(j, set()).add(p)
                 dist[j] = 0
                 chain_types[j] = chain_types[i] | {vtype}
             else:  # an independent request in the same turn
-                taken = draft.tools()
-                free = [t for t in self.allowed if t not in taken and tools[t].kind != "aggregate"]
+                free = [t for t in self._not_aggregate if t not in taken]
                 if not free:
                     continue
                 j = len(draft.nodes)
                 draft.nodes.append(DraftNode(free[int(rng.integers(0, len(free)))], turn))
+                taken.add(draft.nodes[j].tool)
                 dist[j] = 0
                 chain_types[j] = set()
         return True
@@ -320,9 +344,10 @@ class TaskSampler:
         deps = tuple(sorted((Dep(ids[s], ids[d], p, f) for s, d, p, f in draft.deps), key=lambda d: (d.dst, d.param)))
         answer = None
         if want_answer:
+            producers = {s for s, _, _, _ in draft.deps}
             sinks = [i for i in order if draft.nodes[i].turn == n_turns - 1
                      and self.suite.tools[draft.nodes[i].tool].kind in ("read", "lookup", "aggregate")
-                     and not any(s == i for s, _, _, _ in draft.deps)]
+                     and i not in producers]
             options = [(i, f) for i in sinks for f in self.values.answer_fields(draft, i, outputs)]
             if not options:
                 return None
@@ -343,26 +368,56 @@ class TaskSampler:
         n_distract = self._rint(rng, cfg.distractors)
         distractors = self._distractors(calls, n_distract, rng)
         knobs = {"depth": depth, "calls": len(calls), "turns": n_turns,
-                 "cross_domain": len({self.suite.domain_of(c.tool) for c in calls}) > 1}
+                 "cross_domain": len({self._domain[c.tool] for c in calls}) > 1}
         turns = tuple(Turn("", locked.get(t, ()), withheld.get(t, ())) for t in range(n_turns))
-        task = TaskSpec(f"{self.id_prefix}-{self.seed}-{index}", world_seed, calls, deps, turns,
-                        distractors, answer, {"source": "sampler", "seed": self.seed, "index": index, "knobs": knobs})
+        task_id = f"{self.id_prefix}-{self.seed}-{index}"
+        meta = {"source": "sampler", "seed": self.seed, "index": index, "knobs": knobs}
+        task = TaskSpec(task_id, world_seed, calls, deps, turns, distractors, answer, meta)
         messages = render_turn_messages(task, self.suite)
-        return replace(task, turns=tuple(replace(t, message=m) for t, m in zip(task.turns, messages)))
+        turns = tuple(Turn(m, t.locked, t.withheld) for t, m in zip(turns, messages))
+        return TaskSpec(task_id, world_seed, calls, deps, turns, distractors, answer, meta)
 
     def _distractors(self, calls: Sequence[Call], k: int, rng: np.random.Generator) -> tuple[str, ...]:
-        return pick_distractors(self.suite, self.allowed, calls, k, rng)
+        return pick_distractors(self.suite, self.allowed, calls, k, rng, self._distractor_index)
+
+
+class DistractorIndex:
+    """The ``allowed`` tools grouped by domain and by kind (as positions in ``allowed``), for
+    :func:`pick_distractors`."""
+
+    def __init__(self, suite: Suite, allowed: Sequence[str]) -> None:
+        self.allowed = allowed  # the sequence it was built from (identity is checked)
+        self.positions: dict[str, list[int]] = {}
+        self.by_domain: dict[str, set[int]] = {}
+        self.by_kind: dict[str, set[int]] = {}
+        for i, t in enumerate(allowed):
+            self.positions.setdefault(t, []).append(i)
+            self.by_domain.setdefault(suite.tools[t].domain, set()).add(i)
+            self.by_kind.setdefault(suite.tools[t].kind, set()).add(i)
+
+    def similar(self, suite: Suite, used: set[str]) -> list[str]:
+        """Allowed tools not in ``used`` sharing a domain or a kind with one of them, in ``allowed`` order."""
+        near: set[int] = set()
+        for t in used:
+            spec = suite.tools[t]
+            near |= self.by_domain.get(spec.domain, set())
+            near |= self.by_kind.get(spec.kind, set())
+        for t in used:
+            near.difference_update(self.positions.get(t, ()))
+        allowed = self.allowed
+        return [allowed[i] for i in sorted(near)]
 
 
 def pick_distractors(suite: Suite, allowed: Sequence[str], calls: Sequence[Call], k: int,
-                     rng: np.random.Generator) -> tuple[str, ...]:
-    """``k`` tools the task does not need, preferring its domains and kinds (sorted ``allowed`` order)."""
+                     rng: np.random.Generator, index: DistractorIndex | None = None) -> tuple[str, ...]:
+    """``k`` tools the task does not need, preferring its domains and kinds (sorted ``allowed`` order).
+    ``index``: a :class:`DistractorIndex` of ``allowed`` (built here when not given)."""
     if k <= 0:
         return ()
     used = {c.tool for c in calls}
-    doms = {suite.domain_of(t) for t in used}
-    kinds = {suite.tools[t].kind for t in used}
-    similar = [t for t in allowed if t not in used and (suite.domain_of(t) in doms or suite.tools[t].kind in kinds)]
+    if index is None or index.allowed is not allowed:
+        index = DistractorIndex(suite, allowed)
+    similar = index.similar(suite, used)
     if len(similar) < k:
         similar = [t for t in allowed if t not in used]
     k = min(k, len(similar))
@@ -386,35 +441,43 @@ class Instantiator:
         resampler, which must keep a given structure, turns it on."""
         self.suite = suite
         self.lookahead = lookahead
-        # per (world seed, entity, field): value -> records, in table order (untouched worlds only)
-        self._by_value: OrderedDict[tuple[int, str, str], dict[Any, list[dict[str, Any]]]] = OrderedDict()
+        self._field_of: dict[str, dict[str, str]] = {}  # tool -> param -> entity field
+        self._draws: dict[tuple[str, str], Draw] = {}  # (entity, field) -> compiled generator
 
-    def _table_index(self, state: WorldState, entity: str, field_name: str) -> dict[Any, list[dict[str, Any]]] | None:
-        """``value -> records`` of an entity in the base world (``None`` once the episode wrote)."""
-        if state.changed:
-            return None
-        key = (state.world.seed, entity, field_name)
-        index = self._by_value.get(key)
-        if index is None:
-            index = {}
-            for r in state.records(entity):
-                index.setdefault(r.get(field_name), []).append(r)
-            self._by_value[key] = index
-            if len(self._by_value) > INDEX_CACHE:
-                self._by_value.popitem(last=False)
-        return index
+    def _table_index(self, state: WorldState, entity: str, field_name: str) -> Mapping[Any, list[dict[str, Any]]] | None:
+        """``value -> records`` of an entity in the base world (``None`` once the episode wrote to it)."""
+        return state.base_index(entity, field_name)
 
     def _matching(self, state: WorldState, entity: str, filters: list[tuple[str, Any]]) -> list[dict[str, Any]]:
         """Records of ``entity`` whose fields equal ``filters``, in table order (a scan, or an
-        index lookup on an untouched world: the same records either way)."""
+        index lookup on an untouched table: the same records either way)."""
         index = self._table_index(state, entity, filters[0][0]) if filters else None
         if index is None:
-            return [r for r in state.records(entity) if all(r.get(f) == v for f, v in filters)]
+            return [r for r in state.records(entity) if _all_equal(r, filters)]
+        first = filters[0][1]
         try:
-            bucket = index.get(filters[0][1], ())
+            bucket = index.get(first, ())
         except TypeError:  # an unhashable value cannot match a stored one
-            return [r for r in state.records(entity) if all(r.get(f) == v for f, v in filters)]
-        return [r for r in bucket if all(r.get(f) == v for f, v in filters)]
+            return [r for r in state.records(entity) if _all_equal(r, filters)]
+        if type(first) in (str, int, bool):  # the bucket's records equal it (a float NaN is found by identity alone)
+            filters = filters[1:]
+            if not filters:
+                return list(bucket)
+        return [r for r in bucket if _all_equal(r, filters)]
+
+    def _fields(self, tool: ToolSpec) -> dict[str, str]:
+        """``param -> entity field`` of a tool (built once per tool)."""
+        out = self._field_of.get(tool.name)
+        if out is None:
+            out = self._field_of[tool.name] = {p.name: p.field for p in tool.params}
+        return out
+
+    def _draw(self, entity: str, fspec: FieldSpec) -> Draw:
+        """The compiled generator of a field (see :func:`compile_generator`), built once."""
+        draw = self._draws.get((entity, fspec.name))
+        if draw is None:
+            draw = self._draws[(entity, fspec.name)] = compile_generator(fspec)
+        return draw
 
     def _values(self, state: WorldState, entity: str, field_name: str) -> Collection[Any]:
         index = self._table_index(state, entity, field_name)
@@ -428,14 +491,20 @@ class Instantiator:
         state = WorldState(self.suite.world(world_seed))
         outputs: dict[int, dict[str, Any]] = {}
         touched: dict[int, set[tuple[str, str]]] = {}
+        bound: dict[int, dict[str, tuple[int, str]]] = {i: {} for i in range(len(draft.nodes))}
+        for s, d, p, f in draft.deps:  # as draft.bound(d), for every node at once
+            bound.setdefault(d, {})[p] = (s, f)
+        producers = {s for s, _, _, _ in draft.deps}
         for i in order:
-            if not self.call(draft, i, state, rng, outputs, touched):
+            if not self.call(draft, i, state, rng, outputs, touched, bound[i], i in producers):
                 return None
         if not self.order_independent(draft, touched):
             return None
-        keys = [(n.tool, json.dumps(n.args, sort_keys=True)) for n in draft.nodes]
-        if len(set(keys)) != len(keys):
-            return None
+        tools = {n.tool for n in draft.nodes}
+        if len(tools) < len(draft.nodes):  # two calls of one tool must differ in their arguments
+            keys = [(n.tool, json.dumps(n.args, sort_keys=True)) for n in draft.nodes]
+            if len(set(keys)) != len(keys):
+                return None
         return outputs
 
     def answer_fields(self, draft: Draft, i: int, outputs: Mapping[int, Mapping[str, Any]]) -> list[str]:
@@ -445,12 +514,18 @@ class Instantiator:
         return [f for f, v in outputs[i].items() if format_value(v) not in stated and f in declared]
 
     def call(self, draft: Draft, i: int, state: WorldState, rng: np.random.Generator,
-                     outputs: dict[int, dict[str, Any]], touched: dict[int, set[tuple[str, str]]]) -> bool:
+             outputs: dict[int, dict[str, Any]], touched: dict[int, set[tuple[str, str]]],
+             bound: Mapping[str, tuple[int, str]] | None = None, is_producer: bool | None = None) -> bool:
+        """Instantiate and run call ``i`` (``bound``/``is_producer``: ``draft.bound(i)`` and
+        whether ``i`` feeds another call, when the caller has them)."""
         node = draft.nodes[i]
         tool = self.suite.tools[node.tool]
         ent = self.suite.entities[tool.entity]
-        args: dict[str, Any] = {p: outputs[s][f] for p, (s, f) in draft.bound(i).items()}
-        is_producer = any(s == i for s, _, _, _ in draft.deps)
+        if bound is None:
+            bound = draft.bound(i)
+        if is_producer is None:
+            is_producer = any(s == i for s, _, _, _ in draft.deps)
+        args: dict[str, Any] = {p: outputs[s][f] for p, (s, f) in bound.items()}
         kind = tool.kind
         if kind == "create":
             if not self._fill_create(tool, args, state, rng):
@@ -459,13 +534,14 @@ class Instantiator:
             if not self._fill_transact(tool, args, state, rng):
                 return False
         else:
+            field_of = self._fields(tool)
             selectors = {p: v for p, v in args.items()
-                         if kind not in ("update", "delete") or tool.param(p).field == ent.id_field}
-            filters = [(tool.param(p).field, v) for p, v in selectors.items()]
+                         if kind not in ("update", "delete") or field_of[p] == ent.id_field}
+            filters = [(field_of[p], v) for p, v in selectors.items()]
             by_id = [v for f, v in filters if f == ent.id_field]
             if by_id:  # ids are unique: one lookup instead of a scan (same candidates)
                 rec = state.get(ent.name, by_id[0])
-                cands = [rec] if rec is not None and all(rec.get(f) == v for f, v in filters) else []
+                cands = [rec] if rec is not None and _all_equal(rec, filters) else []
             else:
                 cands = self._matching(state, ent.name, filters)
             if self.lookahead and is_producer and cands:
@@ -526,13 +602,16 @@ class Instantiator:
                    rng: np.random.Generator) -> Any:
         p = tool.param(pname)
         target = self.suite.id_entity.get(p.type)
+        if target is not None:  # the state does not change while drawing
+            id_field = self.suite.entities[target].id_field
+            ids = [r[id_field] for r in state.records(target)]
+        else:
+            draw = self._draw(tool.entity, self.suite.entities[tool.entity].field(p.field))
         for _ in range(8):
             if target is not None:
-                ids = [r[self.suite.entities[target].id_field] for r in state.records(target)]
                 value = ids[int(rng.integers(0, len(ids)))]
             else:
-                fspec = self.suite.entities[tool.entity].field(p.field)
-                value = generate_value(fspec, rng, self.suite.pools, 0, {})
+                value = draw(rng, self.suite.pools, 0, {})
             if value != rec.get(p.field):
                 return value
         return None
@@ -550,8 +629,9 @@ class Instantiator:
                 args[p.name] = ids[int(rng.integers(0, len(ids)))]
             else:
                 fspec = ent.field(p.field)
-                tables = {fspec.ref: {r[self.suite.entities[fspec.ref].id_field]: r for r in state.records(fspec.ref)}} if fspec.ref else {}
-                args[p.name] = generate_value(fspec, rng, self.suite.pools, 0, tables)
+                tables = {fspec.ref: [r[self.suite.entities[fspec.ref].id_field] for r in state.records(fspec.ref)]} \
+                    if fspec.ref else {}
+                args[p.name] = self._draw(ent.name, fspec)(rng, self.suite.pools, 0, tables)
         return True
 
     def _fill_transact(self, tool: ToolSpec, args: dict[str, Any], state: WorldState, rng: np.random.Generator) -> bool:
@@ -581,7 +661,7 @@ class Instantiator:
             if p.name not in args and p.required:
                 if tool.record is not None and p.field in self.suite.entities[tool.record].field_names:
                     fspec = self.suite.entities[tool.record].field(p.field)
-                    args[p.name] = generate_value(fspec, rng, self.suite.pools, 0, {})
+                    args[p.name] = self._draw(tool.record, fspec)(rng, self.suite.pools, 0, {})
                 else:
                     return False
         return True
@@ -618,6 +698,13 @@ class Instantiator:
                 if _conflict(touched[i], touched[j]) and not (_reaches(succ, i, j) or _reaches(succ, j, i)):
                     return False
         return True
+
+
+def _all_equal(rec: Mapping[str, Any], filters: list[tuple[str, Any]]) -> bool:
+    for f, v in filters:
+        if rec.get(f) != v:
+            return False
+    return True
 
 
 def _reaches(succ: Mapping[int, list[int]], a: int, b: int) -> bool:
@@ -663,12 +750,45 @@ def _topo_order(draft: Draft) -> list[int] | None:
     return order if len(order) == n else None
 
 
-def _depth(draft: Draft) -> int:
+def _order_and_depth(draft: Draft) -> tuple[list[int] | None, int]:
+    """:func:`_topo_order` and :func:`_depth` in one pass: ``(None, -1)`` for a cycle."""
+    nodes = draft.nodes
+    n = len(nodes)
+    if not draft.deps and all(nodes[i].turn <= nodes[i + 1].turn for i in range(n - 1)):
+        return list(range(n)), (1 if n else 0)  # no dependencies, turns in creation order
+    succ: list[list[int]] = [[] for _ in range(n)]
+    preds: list[list[int]] = [[] for _ in range(n)]
+    indegree = [0] * n
+    for s, d in {(s, d) for s, d, _, _ in draft.deps}:
+        succ[s].append(d)
+        indegree[d] += 1
+    for s, d, _, _ in draft.deps:
+        preds[d].append(s)
+    heap = [(nodes[i].turn, i) for i in range(n) if indegree[i] == 0]
+    heapq.heapify(heap)
+    order: list[int] = []
+    level = [0] * n
+    while heap:
+        _, i = heapq.heappop(heap)
+        order.append(i)
+        level[i] = 1 + max((level[p] for p in preds[i]), default=0)
+        for j in succ[i]:
+            indegree[j] -= 1
+            if indegree[j] == 0:
+                heapq.heappush(heap, (nodes[j].turn, j))
+    if len(order) != n:
+        return None, -1
+    return order, max(level, default=0)
+
+
+def _depth(draft: Draft, order: Sequence[int] | None = None) -> int:
+    """Calls on the longest dependency path (-1 for a cycle); ``order``: a topological order, if known."""
     level: dict[int, int] = {}
     preds: dict[int, list[int]] = {}
     for s, d, _, _ in draft.deps:
         preds.setdefault(d, []).append(s)
-    order = _topo_order(draft)
+    if order is None:
+        order = _topo_order(draft)
     if order is None:
         return -1
     for i in order:

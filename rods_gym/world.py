@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import string
-from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 from faker import Faker
@@ -40,8 +40,14 @@ class ValuePools:
         self._seed, self._size = seed, size
         self._pools: dict[str, tuple[Any, ...]] = {}
 
-    def pool(self, provider: str, args: Mapping[str, Any] | None = None) -> tuple[Any, ...]:
-        key = provider + repr(sorted((args or {}).items()))
+    @staticmethod
+    def key(provider: str, args: Mapping[str, Any] | None = None) -> str:
+        return provider + repr(sorted((args or {}).items()))
+
+    def pool(self, provider: str, args: Mapping[str, Any] | None = None, key: str | None = None) -> tuple[Any, ...]:
+        """The pool of ``provider(**args)`` values (``key``: :meth:`key` of the two, if known)."""
+        if key is None:
+            key = self.key(provider, args)
         pool = self._pools.get(key)
         if pool is None:
             fn = getattr(self._faker, provider, None)
@@ -67,9 +73,9 @@ def _template(text: str, rng: np.random.Generator, index: int) -> str:
             if token == "n":
                 out.append(str(index))
             elif token[0] == "d":
-                out.append("".join(str(d) for d in rng.integers(0, 10, int(token[1:]))))
+                out.append("".join(map(str, rng.integers(0, 10, int(token[1:])).tolist())))
             elif token[0] == "L":
-                out.append("".join(string.ascii_uppercase[k] for k in rng.integers(0, 26, int(token[1:]))))
+                out.append("".join(string.ascii_uppercase[k] for k in rng.integers(0, 26, int(token[1:])).tolist()))
             else:
                 raise ValueError(f"unknown template token {{{token}}} in {text!r}")
             i = j + 1
@@ -79,28 +85,97 @@ def _template(text: str, rng: np.random.Generator, index: int) -> str:
     return "".join(out)
 
 
-def generate_value(f: FieldSpec, rng: np.random.Generator, pools: ValuePools, index: int,
-                   tables: Mapping[str, Mapping[str, Record]]) -> Any:
-    """One value for a field, drawn with ``rng`` (used for records and for created records)."""
+def _template_parts(text: str) -> list[str | tuple[str, int]] | None:
+    """A template split into literal text and ``("n", 0)``/``("d", k)``/``("L", k)`` tokens, or
+    ``None`` when it has a token :func:`_template` rejects (it then raises at draw time)."""
+    parts: list[str | tuple[str, int]] = []
+    i = 0
+    while i < len(text):
+        j = text.find("{", i)
+        if j < 0:
+            parts.append(text[i:])
+            break
+        if j > i:
+            parts.append(text[i:j])
+        k = text.find("}", j)
+        if k < 0:
+            return None
+        token = text[j + 1 : k]
+        if token == "n":
+            parts.append(("n", 0))
+        elif token[:1] in ("d", "L") and token[1:].isdigit() and token[1:].isascii():
+            parts.append((token[0], int(token[1:])))
+        else:
+            return None
+        i = k + 1
+    return parts
+
+
+Draw = Callable[[np.random.Generator, "ValuePools", int, Mapping[str, Any]], Any]
+
+
+def compile_generator(f: FieldSpec) -> Draw:
+    """A function ``draw(rng, pools, index, tables)`` that returns what :func:`generate_value`
+    returns for ``f`` and consumes ``rng`` the same way, with the field's spec parsed once."""
     g = f.generator
     if "choice" in g:
-        return g["choice"][int(rng.integers(0, len(g["choice"])))]
+        options, n = g["choice"], len(g["choice"])
+        return lambda rng, pools, index, tables: options[int(rng.integers(0, n))]
     if "integers" in g:
         lo, hi = g["integers"]
-        return int(rng.integers(lo, hi + 1))
+        return lambda rng, pools, index, tables: int(rng.integers(lo, hi + 1))
     if "uniform" in g:
         lo, hi = g["uniform"]
-        return round(float(rng.uniform(lo, hi)), 2)
+        return lambda rng, pools, index, tables: round(float(rng.uniform(lo, hi)), 2)
     if "ref" in g:
-        ids = list(tables[g["ref"]])
-        return ids[int(rng.integers(0, len(ids)))]
+        ref = g["ref"]
+
+        def draw_ref(rng: np.random.Generator, pools: ValuePools, index: int, tables: Mapping[str, Any]) -> Any:
+            ids = list(tables[ref])  # a table's ids (a mapping id -> record, or the ids themselves)
+            return ids[int(rng.integers(0, len(ids)))]
+
+        return draw_ref
     if "dates" in g:
         lo, hi = (_dt.date.fromisoformat(x).toordinal() for x in g["dates"])
-        return _dt.date.fromordinal(int(rng.integers(lo, hi + 1))).isoformat()
+        return lambda rng, pools, index, tables: _dt.date.fromordinal(int(rng.integers(lo, hi + 1))).isoformat()
     if "template" in g:
-        return _template(g["template"], rng, index)
-    pool = pools.pool(g["faker"], g.get("faker_args"))
-    return pool[int(rng.integers(0, len(pool)))]
+        text = g["template"]
+        parts = _template_parts(text)
+        if parts is None:
+            return lambda rng, pools, index, tables: _template(text, rng, index)
+        letters = string.ascii_uppercase
+
+        def draw_template(rng: np.random.Generator, pools: ValuePools, index: int, tables: Mapping[str, Any]) -> str:
+            out = []
+            for part in parts:
+                if type(part) is str:
+                    out.append(part)
+                elif part[0] == "n":
+                    out.append(str(index))
+                elif part[0] == "d":
+                    out.append("".join(map(str, rng.integers(0, 10, part[1]).tolist())))
+                else:
+                    out.append("".join(letters[k] for k in rng.integers(0, 26, part[1]).tolist()))
+            return "".join(out)
+
+        return draw_template
+    provider, args = g["faker"], g.get("faker_args")
+    key = ValuePools.key(provider, args)
+
+    def draw_faker(rng: np.random.Generator, pools: ValuePools, index: int, tables: Mapping[str, Any]) -> Any:
+        pool = pools.pool(provider, args, key)
+        return pool[int(rng.integers(0, len(pool)))]
+
+    return draw_faker
+
+
+def generate_value(f: FieldSpec, rng: np.random.Generator, pools: ValuePools, index: int,
+                   tables: Mapping[str, Any]) -> Any:
+    """One value for a field, drawn with ``rng`` (used for records and for created records).
+
+    ``tables[ref]`` gives the ids a ``ref`` field draws from (a mapping id -> record, or the
+    ids). Loops that draw many values compile the field once with :func:`compile_generator`."""
+    return compile_generator(f)(rng, pools, index, tables)
 
 
 def _entity_order(domain: Domain) -> list[EntitySpec]:
@@ -121,6 +196,9 @@ class World:
 
     seed: int
     tables: Mapping[str, Mapping[str, Record]]
+    # value indexes of the (immutable) tables, built on first use by :meth:`index`
+    _indexes: dict[tuple[str, str], dict[Any, list[Record]]] = field(default_factory=dict, init=False, repr=False,
+                                                                      compare=False)
 
     @classmethod
     def generate(cls, domains: Sequence[Domain], seed: int, pools: ValuePools) -> "World":
@@ -131,22 +209,38 @@ class World:
                 ids = np.sort(rng.choice(9000, size=ent.count, replace=False)) + 1000
                 table: dict[str, Record] = {}
                 used: dict[str, set[Any]] = {f.name: set() for f in ent.fields if f.unique}
-                for i, num in enumerate(ids):
-                    rec: Record = {ent.id_field: f"{ent.id_prefix}-{int(num)}"}
-                    for f in ent.fields[1:]:
-                        value = generate_value(f, rng, pools, i, tables)
-                        if f.unique:
+                draws = [(f.name, f.unique, compile_generator(f)) for f in ent.fields[1:]] if ent.count else []
+                for i, num in enumerate(ids.tolist()):
+                    rec: Record = {ent.id_field: f"{ent.id_prefix}-{num}"}
+                    for name, unique, draw in draws:
+                        value = draw(rng, pools, i, tables)
+                        if unique:
                             for _ in range(50):  # bounded retries for a fresh value
-                                if value not in used[f.name]:
+                                if value not in used[name]:
                                     break
-                                value = generate_value(f, rng, pools, i, tables)
-                            if value in used[f.name]:
-                                raise ValueError(f"{ent.name}.{f.name}: cannot draw {ent.count} unique values")
-                            used[f.name].add(value)
-                        rec[f.name] = value
+                                value = draw(rng, pools, i, tables)
+                            if value in used[name]:
+                                raise ValueError(f"{ent.name}.{name}: cannot draw {ent.count} unique values")
+                            used[name].add(value)
+                        rec[name] = value
                     table[rec[ent.id_field]] = rec
                 tables[ent.name] = table
         return cls(seed, tables)
+
+    def index(self, entity: str, field_name: str) -> Mapping[Any, list[Record]] | None:
+        """``value -> records`` of a base table (in table order), or ``None`` when a value is
+        unhashable. Built once per (entity, field) and kept: the tables never change."""
+        key = (entity, field_name)
+        if key in self._indexes:
+            return self._indexes[key]
+        index: dict[Any, list[Record]] | None = {}
+        try:
+            for r in self.tables[entity].values():
+                index.setdefault(r.get(field_name), []).append(r)  # type: ignore[union-attr]
+        except TypeError:  # an unhashable value: callers scan instead
+            index = None
+        self._indexes[key] = index  # type: ignore[assignment]
+        return index
 
 
 class WorldState:
@@ -188,6 +282,13 @@ class WorldState:
         for rid, rec in over.items():
             if rid not in base and rec is not None:
                 yield rec
+
+    def base_index(self, entity: str, field_name: str) -> Mapping[Any, list[Record]] | None:
+        """The world's ``value -> records`` index of ``entity`` while this episode has not written
+        to that entity (``records(entity)`` is then the base table), else ``None``."""
+        if self._overlay.get(entity):
+            return None
+        return self.world.index(entity, field_name)
 
     def put(self, entity: str, record: Record, id_field: str) -> None:
         self._overlay.setdefault(entity, {})[record[id_field]] = record

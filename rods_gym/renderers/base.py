@@ -26,6 +26,8 @@ class Renderer:
 
     def __init__(self, suite: "Suite") -> None:
         self.suite = suite
+        self._field_types: dict[tuple[str, str], str] = {}  # field_type answers (the suite is read-only)
+        self._tool_field_types: dict[str, dict[str, str]] = {}
 
     def reset(self, episode: "Episode") -> Any:
         raise NotImplementedError
@@ -42,6 +44,23 @@ class Renderer:
 
     def field_type(self, tool_name: str, field: str) -> str:
         """The value type of an output field of a tool (declared outputs first, then the entity)."""
+        known = self._field_types.get((tool_name, field))
+        if known is None:
+            known = self._field_types[(tool_name, field)] = self._find_field_type(tool_name, field)
+        return known
+
+    def field_types(self, tool_name: str) -> dict[str, str]:
+        """:meth:`field_type` of every declared output and entity field of a tool (built once)."""
+        known = self._tool_field_types.get(tool_name)
+        if known is None:
+            tool = self.suite.tools[tool_name]
+            names = [f for f, _ in tool.outputs]
+            if tool.entity in self.suite.entities:
+                names += self.suite.entities[tool.entity].field_names
+            known = self._tool_field_types[tool_name] = {f: self.field_type(tool_name, f) for f in names}
+        return known
+
+    def _find_field_type(self, tool_name: str, field: str) -> str:
         tool = self.suite.tools[tool_name]
         for name, vtype in tool.outputs:
             if name == field:
@@ -77,7 +96,7 @@ class SlotTable:
     an answer right away. ``add`` returns ``None`` only when every slot holds a user fact.
     """
 
-    __slots__ = ("capacity", "keep_types", "values", "types", "sources", "_index", "_evict")
+    __slots__ = ("capacity", "keep_types", "values", "types", "sources", "index", "_evict")
 
     def __init__(self, capacity: int, keep_types: frozenset[str] = frozenset()) -> None:
         self.capacity = capacity
@@ -85,12 +104,12 @@ class SlotTable:
         self.values: list[Any] = []
         self.types: list[str] = []
         self.sources: list[str] = []
-        self._index: dict[str, int] = {}
+        self.index: dict[str, int] = {}  # value_key -> slot (read it; only add() writes it)
         self._evict = 0
 
     def add(self, value: Any, vtype: str, source: str) -> int | None:
-        key = value_key(value)
-        k = self._index.get(key)
+        key = "s" + value if type(value) is str else value_key(value)
+        k = self.index.get(key)
         if k is not None:
             return k
         if len(self.values) < self.capacity:
@@ -102,9 +121,9 @@ class SlotTable:
             k = self._victim()
             if k is None:
                 return None
-            del self._index[value_key(self.values[k])]
+            del self.index[value_key(self.values[k])]
             self.values[k], self.types[k], self.sources[k] = value, vtype, source
-        self._index[key] = k
+        self.index[key] = k
         return k
 
     def _victim(self) -> int | None:
@@ -117,7 +136,7 @@ class SlotTable:
         return None
 
     def find(self, value: Any) -> int | None:
-        return self._index.get(value_key(value))
+        return self.index.get(value_key(value))
 
     def find_answer(self, answer: str) -> int | None:
         """The slot a reply should send for an answer written ``answer``: the value written the

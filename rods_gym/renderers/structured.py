@@ -18,20 +18,58 @@ value of its first slot. ``action_masks()`` gives the per-dimension masks Maskab
 
 from __future__ import annotations
 
+import operator
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 
-from ..episode import ERROR_CLASSES, Action, Ask, Invalid, Reply, ToolCall
+from ..episode import ERROR_CLASSES, Action, Ask, CompiledTask, Invalid, Reply, ToolCall
 from ..task import format_value
-from .base import Renderer, SlotTable
+from .base import Renderer, SlotTable, value_key
 
 if TYPE_CHECKING:
     from ..episode import Episode, StepOutcome
     from ..suite import Suite
 
 N_SLOTS = 48
+VIEW_CACHE = 4096  # per-task observation data kept (as the env's compiled-task cache)
+
+
+class _TaskView:
+    """What the observation needs from one compiled task, derived once and kept while the
+    task is in use: the available-tools row, todo rows by progress, the user facts per turn
+    with their value types, and the value type of each parameter name."""
+
+    __slots__ = ("c", "available", "todo", "_facts", "_param_types", "_suite")
+
+    def __init__(self, c: CompiledTask, suite: "Suite") -> None:
+        self.c, self._suite = c, suite
+        self.available = np.zeros(len(suite.tool_names), np.int8)
+        self.available[[suite.tool_index[t] for t in c.tools]] = 1
+        self.todo: dict[tuple[int, tuple[str, ...]], np.ndarray] = {}  # (turn, satisfied) -> todo row
+        self._facts: dict[int, list[tuple[Any, str]]] = {}
+        self._param_types: dict[str, str] = {}
+
+    def facts(self, turn: int) -> list[tuple[Any, str]]:
+        """The facts the user states in ``turn`` (not the withheld ones), with their types."""
+        out = self._facts.get(turn)
+        if out is None:
+            task, tools = self.c.task, self._suite.tools
+            withheld = set(task.turns[turn].withheld)
+            out = self._facts[turn] = [(v, tools[task.call(cid).tool].param(p).type)
+                                       for cid, p, v in task.facts(turn) if (cid, p) not in withheld]
+        return out
+
+    def param_type(self, param: str) -> str:
+        """The type of the first call parameter of this name (``text`` if none)."""
+        out = self._param_types.get(param)
+        if out is None:
+            tools = self._suite.tools
+            out = self._param_types[param] = next(
+                (tools[c.tool].param(param).type for c in self.c.task.calls if param in c.args), "text")
+        return out
 
 
 class StructuredRenderer(Renderer):
@@ -59,20 +97,37 @@ class StructuredRenderer(Renderer):
         self._called = np.zeros(n, np.int8)
         self._slot_type = np.zeros(k, np.int64)
         self._slot_from = np.zeros(k, np.int64)
-        self._log: list[str] = []
+        self._log: list[str | tuple[str, Any]] = []  # lines, or (tool, result) formatted on demand
+        # lookups used on every step, derived once
+        self._source_names = ["0", "user"] + [str(i) for i in range(2, n + 2)]
+        self._type_code = {t: i + 1 for t, i in suite.type_index.items()}
+        self._flags = [np.array([(c >> 3) & 1, (c >> 2) & 1, (c >> 1) & 1, c & 1], np.int8) for c in range(16)]
+        self._params = [(t, tuple(p.name for p in suite.tools[t].params)) for t in suite.tool_names]
+        self._views: OrderedDict[CompiledTask, _TaskView] = OrderedDict()  # recent tasks' views
+        self._view: _TaskView | None = None
 
     # -- observations ------------------------------------------------------------------
     def _add(self, value: Any, vtype: str, source: int) -> None:
-        k = self.slots.add(value, vtype, "user" if source == 1 else str(source))
-        if k is not None and self.slots.values[k] is value:
-            self._slot_type[k] = self.suite.type_index.get(vtype, -1) + 1
+        slots = self.slots
+        k = slots.add(value, vtype, self._source_names[source])
+        if k is not None and slots.values[k] is value:
+            self._slot_type[k] = self._type_code.get(vtype, 0)
             self._slot_from[k] = source
 
     def _add_facts(self, episode: "Episode", turn: int) -> None:
-        withheld = set(episode.task.turns[turn].withheld)
-        for cid, p, v in episode.task.facts(turn):
-            if (cid, p) not in withheld:
-                self._add(v, self.suite.tools[episode.task.call(cid).tool].param(p).type, 1)
+        for v, vtype in self._task_view(episode).facts(turn):
+            self._add(v, vtype, 1)
+
+    def _task_view(self, episode: "Episode") -> "_TaskView":
+        view = self._view
+        if view is None or view.c is not episode.c:
+            view = self._views.get(episode.c)
+            if view is None:
+                view = self._views[episode.c] = _TaskView(episode.c, self.suite)
+                if len(self._views) > VIEW_CACHE:
+                    self._views.popitem(last=False)
+            self._view = view
+        return view
 
     def reset(self, episode: "Episode") -> dict[str, Any]:
         self.slots = SlotTable(N_SLOTS, self._keep_types)
@@ -85,20 +140,33 @@ class StructuredRenderer(Renderer):
 
     def observe(self, episode: "Episode", outcome: "StepOutcome") -> dict[str, Any]:
         for ev in outcome.events:
-            if ev["kind"] == "result":
-                tool = self.suite.tools[ev["tool"]]
-                idx = self.suite.tool_index[tool.name]
+            kind = ev["kind"]
+            if kind == "result":
+                name = ev["tool"]
+                idx = self.suite.tool_index[name]
                 self._called[idx] = 1
                 content = ev["content"]
-                records = content["results"] if "results" in content else [content]
+                records = content["results"] if "results" in content else (content,)
+                source = idx + 2
+                source_name = self._source_names[source]
+                slots, types, type_code = self.slots, self.field_types(name), self._type_code
+                values, index = slots.values, slots.index
                 for rec in records:
-                    for f, v in rec.items():
-                        self._add(v, self.field_type(tool.name, f), idx + 2)
-                self._log.append(f"{tool.name} -> {content}")
-            elif ev["kind"] == "user":
+                    for f, v in rec.items():  # self._add, inlined: results carry most values
+                        k = index.get("s" + v if type(v) is str else value_key(v))
+                        if k is not None and values[k] is not v:
+                            continue  # an equal value already has a slot
+                        vtype = types.get(f) or self.field_type(name, f)
+                        if k is None:
+                            k = slots.add(v, vtype, source_name)
+                        if k is not None and values[k] is v:
+                            self._slot_type[k] = type_code.get(vtype, 0)
+                            self._slot_from[k] = source
+                self._log.append((name, content))  # formatted by text(): results are never mutated
+            elif kind == "user":
+                param_type = self._task_view(episode).param_type
                 for p, v in ev["facts"]:
-                    vtype = next((self.suite.tools[c.tool].param(p).type for c in episode.task.calls if p in c.args), "text")
-                    self._add(v, vtype, 1)
+                    self._add(v, param_type(p), 1)
                 if "turn" in ev:
                     self._add_facts(episode, ev["turn"])
                 self._log.append(f"user: {ev['text']}")
@@ -107,25 +175,34 @@ class StructuredRenderer(Renderer):
         return self._obs(episode)
 
     def _obs(self, episode: "Episode") -> dict[str, Any]:
-        n = self.n_tools
+        view = self._task_view(episode)
         index = self.suite.tool_index
-        todo = np.zeros(n, np.int8)
-        call_tool = episode.c.call_tool
-        for cid in episode.todo():
-            todo[index[call_tool[cid]]] = 1
-        available = np.zeros(n, np.int8)
-        for t in episode.available_tools():
-            available[index[t]] = 1
+        key = (episode.turn, tuple(episode.satisfied))  # todo() is a function of these
+        todo = view.todo.get(key)
+        if todo is None:
+            if len(view.todo) >= 256:  # bounded (the orders a task's calls were satisfied in)
+                view.todo.clear()
+            todo = view.todo[key] = np.zeros(self.n_tools, np.int8)
+            call_tool = episode.c.call_tool
+            for cid in episode.todo():
+                todo[index[call_tool[cid]]] = 1
+        todo = todo.copy()
+        if episode.locked:
+            available = np.zeros(self.n_tools, np.int8)
+            for t in episode.available_tools():
+                available[index[t]] = 1
+        else:
+            available = view.available.copy()
         last_turn = episode.turn == len(episode.task.turns) - 1
-        flags = np.array([episode.task.answer is not None and last_turn and not episode.answered,
-                          bool(episode.pending), bool(episode.locked), episode.last_error == "none"], np.int8)
+        flags = ((episode.task.answer is not None and last_turn and not episode.answered) << 3
+                 | bool(episode.pending) << 2 | bool(episode.locked) << 1 | (episode.last_error == "none"))
         return {
             "todo": todo,
             "available": available,
             "called": self._called.copy(),
             "slot_type": self._slot_type.copy(),
             "slot_from": self._slot_from.copy(),
-            "flags": flags,
+            "flags": self._flags[flags].copy(),
             "progress": np.array([episode.progress], np.float32),
             "last_error": self._err_index[episode.last_error],
         }
@@ -136,36 +213,39 @@ class StructuredRenderer(Renderer):
         if a is None:
             return Invalid("malformed", f"expected {len(self._nvec)} integers within {self._nvec}, "
                            f"got {str(action)[:80]}")
-        kind = int(a[0])
+        kind = a[0]
         if kind == 1:
             return Ask("?")
         if kind == 2:
-            k = int(a[2]) - 1
+            k = a[2] - 1
             if k < 0:
                 return Reply("done")
             if k >= len(self.slots):
                 return Invalid("invalid_arguments", f"slot {k} is empty")
             return Reply(format_value(self.slots.values[k]))
-        tool = self.suite.tools[self.suite.tool_names[int(a[1])]]
+        name, params = self._params[a[1]]
+        values = self.slots.values
         args: dict[str, Any] = {}
-        for pos, p in enumerate(tool.params):
-            k = int(a[2 + pos]) - 1
+        for pos, p in enumerate(params, 2):
+            k = a[pos] - 1
             if k < 0:
                 continue
-            if k >= len(self.slots):
-                return Invalid("invalid_arguments", f"slot {k} for {p.name!r} is empty")
-            args[p.name] = self.slots.values[k]
-        return ToolCall(tool.name, args)
+            if k >= len(values):
+                return Invalid("invalid_arguments", f"slot {k} for {p!r} is empty")
+            args[p] = values[k]
+        return ToolCall(name, args)
 
     def _as_ints(self, action: Any) -> list[int] | None:
         """The action as a list of in-range ints, or None (never raises)."""
         try:
             if isinstance(action, np.ndarray):
-                if action.ndim != 1 or action.dtype.kind not in "iu":
+                if action.ndim == 1 and action.dtype.kind in "iu":
+                    values = action.tolist()
+                else:  # only whole floats of the right size pass
                     with np.errstate(invalid="ignore"):  # NaN/inf fail the integer test quietly
                         if action.size != len(self._nvec) or action.dtype.kind != "f" or not np.all(np.mod(action, 1) == 0):
                             return None
-                values = [int(v) for v in action.reshape(-1).tolist()]
+                    values = [int(v) for v in action.reshape(-1).tolist()]
             elif isinstance(action, (list, tuple)):
                 if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in action):
                     return None
@@ -174,11 +254,8 @@ class StructuredRenderer(Renderer):
                 return None
         except (TypeError, ValueError, OverflowError):
             return None
-        if len(values) != len(self._nvec):
+        if len(values) != len(self._nvec) or min(values) < 0 or any(map(operator.ge, values, self._nvec)):
             return None
-        for v, n in zip(values, self._nvec):
-            if v < 0 or v >= n:
-                return None
         return values
 
     def action_masks(self, episode: "Episode") -> np.ndarray:
@@ -215,4 +292,4 @@ class StructuredRenderer(Renderer):
         return a
 
     def text(self) -> str:
-        return "\n".join(self._log)
+        return "\n".join(line if type(line) is str else f"{line[0]} -> {line[1]}" for line in self._log)
