@@ -5,7 +5,9 @@ turn, ``extend`` feeds only the ids each episode gained since the last turn (the
 new messages), left-padded within that chunk; ``sample`` then draws one action per episode,
 token by token. Padding inside the cache is masked out and position ids follow each row's
 own count of real tokens, so every row computes exactly what it would alone, and nothing is
-ever re-encoded. Finished episodes leave the batch (``keep``).
+ever re-encoded. Finished episodes leave the batch (``keep``). The first ``extend`` encodes each
+distinct prompt once and copies its KV cache to every row that starts with it (the G rollouts of
+a GRPO group share their prompt), so a group's prompt costs one prefill, not G.
 
 Each token is drawn from ``softmax(logits / temperature)`` with an explicit
 ``torch.Generator`` and its log-prob under that same distribution is recorded; the GRPO
@@ -66,23 +68,47 @@ class DecodeSession:
         self.cache = _cache_of(out)
         return out.logits[:, -1]
 
+    def _left_padded(self, chunks: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(len(c) for c in chunks)
+        ids = torch.full((len(chunks), width), self.pad_id, dtype=torch.long)
+        chunk_mask = torch.zeros((len(chunks), width), dtype=torch.long)
+        for i, c in enumerate(chunks):
+            ids[i, width - len(c):] = torch.as_tensor(c, dtype=torch.long)
+            chunk_mask[i, width - len(c):] = 1
+        return ids.to(self.device), chunk_mask.to(self.device)
+
     @torch.no_grad()
     def extend(self, new_ids: Sequence[Sequence[int]]) -> None:
         """Feed each row's new context ids (after its pending sampled id); every row needs at least one."""
         chunks = [list(p) + list(n) for p, n in zip(self.pending, new_ids)]
         if len(chunks) != self.rows or any(not c for c in chunks):
             raise ValueError("extend() needs one non-empty chunk per row")
-        width = max(len(c) for c in chunks)
-        ids = torch.full((self.rows, width), self.pad_id, dtype=torch.long)
-        chunk_mask = torch.zeros((self.rows, width), dtype=torch.long)
-        for i, c in enumerate(chunks):
-            ids[i, width - len(c):] = torch.as_tensor(c, dtype=torch.long)
-            chunk_mask[i, width - len(c):] = 1
-        ids, chunk_mask = ids.to(self.device), chunk_mask.to(self.device)
+        if self.cache is None:
+            self._prefill(chunks)
+            return
+        ids, chunk_mask = self._left_padded(chunks)
         positions = self.next_pos[:, None] + (chunk_mask.cumsum(1) - 1).clamp(min=0)
         self.logits = self._forward(ids, chunk_mask, positions)
         self.next_pos = self.next_pos + chunk_mask.sum(1)
         self.pending = [[] for _ in range(self.rows)]
+
+    def _prefill(self, prompts: Sequence[Sequence[int]]) -> None:
+        """The first chunk: each distinct prompt is encoded once, then its cache row, mask and
+        next-token logits are copied to every row with that prompt."""
+        first: dict[tuple[int, ...], int] = {}
+        source = [first.setdefault(tuple(p), len(first)) for p in prompts]  # row -> its distinct prompt
+        distinct = [list(p) for p in first]
+        ids, chunk_mask = self._left_padded(distinct)
+        positions = (chunk_mask.cumsum(1) - 1).clamp(min=0)
+        self.mask = chunk_mask[:, :0]  # one row per distinct prompt until the copy below
+        logits = self._forward(ids, chunk_mask, positions)
+        if len(distinct) < len(prompts):
+            rows = torch.as_tensor(source, dtype=torch.long, device=self.device)
+            self.cache.batch_select_indices(rows)
+            self.mask, logits, chunk_mask = self.mask[rows], logits[rows], chunk_mask[rows]
+        self.logits = logits
+        self.next_pos = chunk_mask.sum(1)
+        self.pending = [[] for _ in range(len(prompts))]
 
     @torch.no_grad()
     def sample(self, *, stop_ids: Sequence[int], max_new_tokens: int, temperature: float = 1.0,
@@ -95,17 +121,20 @@ class DecodeSession:
         stops = torch.as_tensor(sorted(set(stop_ids)), dtype=torch.long, device=self.device)
         results = [Generated([], [], False) for _ in range(self.rows)]
         active = torch.ones(self.rows, dtype=torch.bool, device=self.device)
+        live = list(range(self.rows))  # the rows of ``active``, as a list
         for t in range(max_new_tokens):
             logp = torch.log_softmax(self.logits.float() / temperature, dim=-1)
             tok = logp.argmax(dim=-1) if greedy else torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)
             tok_lp = logp.gather(1, tok[:, None]).squeeze(1)
             finished = torch.isin(tok, stops)
-            for i in active.nonzero().squeeze(1).tolist():
-                results[i].ids.append(int(tok[i]))
-                results[i].logprobs.append(float(tok_lp[i]))
-                results[i].stopped = bool(finished[i])
+            toks, lps, fins = tok.tolist(), tok_lp.tolist(), finished.tolist()  # one copy per step, not per row
+            for i in live:
+                results[i].ids.append(toks[i])
+                results[i].logprobs.append(lps[i])
+                results[i].stopped = fins[i]
+            live = [i for i in live if not fins[i]]
             still = active & ~finished
-            if t == max_new_tokens - 1 or not bool(still.any()):
+            if t == max_new_tokens - 1 or not live:
                 break
             # feed the sampled ids of rows still generating; the others get a masked hole
             feed = torch.where(still, tok, torch.full_like(tok, self.pad_id))

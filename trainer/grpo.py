@@ -17,11 +17,13 @@ Aggregation over a batch (``normalizer`` lets micro-batches add up to the full b
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 import torch.nn.functional as F
+from transformers import modeling_utils
 
 SCALES = ("group", "none")
 AGGREGATIONS = ("token", "sequence", "dr_grpo")
@@ -84,18 +86,51 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, how: str, *, n_tokens
     raise ValueError(f"unknown aggregation {how!r}; choose one of {AGGREGATIONS}")
 
 
-def token_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                   temperature: float = 1.0, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs of ``input_ids[:, 1:]`` under ``softmax(logits / temperature)`` (right-padded batch), [B, T-1]."""
-    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions).logits
-    logits = logits[:, :-1].float() / temperature
-    logp_all = F.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(2, input_ids[:, 1:, None]).squeeze(2)
-    entropy = None
-    if with_entropy:
-        entropy = -(logp_all.exp() * logp_all).sum(-1)
+def _keeps_masked_logits(model: torch.nn.Module) -> bool:
+    """Whether ``model`` (or the module a DDP wrapper holds) takes ``logits_to_keep``, and this
+    transformers slices it with ``slice_logits_to_keep`` (which accepts a boolean [B, T] mask)."""
+    if not hasattr(modeling_utils, "slice_logits_to_keep"):
+        return False
+    inner = getattr(model, "module", model)
+    try:
+        return "logits_to_keep" in inspect.signature(inner.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _target_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float,
+                     with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-prob of each target under ``softmax(logits / temperature)`` over the last dim, and the entropy."""
+    logp_all = F.log_softmax(logits.float() / temperature, dim=-1)
+    logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
     return logp, entropy
+
+
+def token_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   temperature: float = 1.0, with_entropy: bool = False,
+                   needed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs of ``input_ids[:, 1:]`` under ``softmax(logits / temperature)`` (right-padded batch), [B, T-1].
+
+    ``needed`` ([B, T-1], nonzero where a log-prob is used, e.g. the action mask): when the model
+    takes a boolean ``logits_to_keep``, logits (the vocabulary projection, softmax and entropy)
+    are computed only at those positions and every other entry of the results is 0; the needed
+    entries equal the full computation's up to float rounding.
+    """
+    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    targets = input_ids[:, 1:]
+    if needed is not None and _keeps_masked_logits(model):
+        keep = needed.bool()
+        if bool(keep.any()):
+            keep_logits = torch.cat([keep, keep.new_zeros((keep.shape[0], 1))], dim=1)  # position t predicts t + 1
+            logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
+                           logits_to_keep=keep_logits).logits
+            if logits.dim() == 2 and logits.shape[0] == int(keep.sum()):  # else: a model that slices otherwise
+                lp, ent = _target_logprobs(logits, targets[keep], temperature, with_entropy)
+                zeros = torch.zeros(keep.shape, dtype=lp.dtype, device=lp.device)
+                return zeros.masked_scatter(keep, lp), None if ent is None else zeros.masked_scatter(keep, ent)
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions).logits
+    return _target_logprobs(logits[:, :-1], targets, temperature, with_entropy)
 
 
 @dataclass
@@ -153,7 +188,8 @@ def grpo_loss(model: torch.nn.Module, batch: Batch, settings: LossSettings, *, n
     ids, attn = batch.input_ids.to(device), batch.attention_mask.to(device)
     mask, old = batch.action_mask.to(device), batch.old_logp.to(device)
     adv = batch.advantages.to(device)[:, None]
-    logp, entropy = token_logprobs(model, ids, attn, settings.temperature, with_entropy=True)
+    # log-probs are needed only at generated tokens: logits are computed there only (when the model allows)
+    logp, entropy = token_logprobs(model, ids, attn, settings.temperature, with_entropy=True, needed=mask)
     per_token, low, high = clipped_surrogate(logp, old, adv, settings.eps_low, settings.eps_high)
     kl = None
     if settings.beta > 0:

@@ -1,12 +1,13 @@
 """Batched multi-turn episodes: many environments at once, one generation batch per turn.
 
-Every turn, the live episodes' token streams go through one batched generation call
-(``generation.generate_actions``); each generated action is decoded to text and stepped in
-its environment; the environment's new messages are tokenized (only them, see
-``transcript.ChatCodec``) and appended as context. Episodes end at different turns
-(terminated, truncated by the env's step limit, by ``max_turns``, or because the context
-would exceed ``max_context``). The return of an episode is the sum of its rewards (its final
-progress with the default reward).
+Every turn, the live episodes' token streams go through one batched generation call (a
+``generation.DecodeSession``, which prefills a prompt shared by several episodes once); each
+generated action is decoded to text and stepped in its environment; the environment's new
+messages are tokenized (only them, see ``transcript.ChatCodec``) and appended as context.
+The ``repeats`` episodes of a task whose first conversations are equal share one rendering
+and tokenizing of it. Episodes end at different turns (terminated, truncated by the env's
+step limit, by ``max_turns``, or because the context would exceed ``max_context``). The
+return of an episode is the sum of its rewards (its final progress with the default reward).
 """
 
 from __future__ import annotations
@@ -119,13 +120,15 @@ class RolloutEngine:
         convs: list[tuple[Messages, Tools]] = []
         for ti, task in enumerate(tasks):
             opts = dict(env_options[ti]) if env_options is not None else {}
+            first: tuple[Messages, Tools, Transcript] | None = None  # the group's rendered, tokenized prompt
             for _ in range(repeats):
                 i = len(trajs)
                 env = self._env(i)
                 obs, info = env.reset(seed=seed + i, options={"task": task, **opts})
                 messages, tools = conversation_start(env, obs)
-                trajs.append(Trajectory(task, ti, self.codec.start(messages, tools), progress=info["progress"],
-                                        env_options=opts))
+                if first is None or (messages, tools) != (first[0], first[1]):
+                    first = (messages, tools, self.codec.start(messages, tools))
+                trajs.append(Trajectory(task, ti, first[2].copy(), progress=info["progress"], env_options=opts))
                 convs.append((messages, tools))
         stats.env_time += time.perf_counter() - t0
 

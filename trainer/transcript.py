@@ -56,6 +56,9 @@ class Transcript:
     def __len__(self) -> int:
         return len(self.ids)
 
+    def copy(self) -> "Transcript":
+        return Transcript(list(self.ids), list(self.action_mask), list(self.logprobs), self.text)
+
 
 class ChatCodec:
     """Renders conversations with the policy's chat template and tokenizes only what is new."""
