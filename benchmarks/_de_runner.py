@@ -35,7 +35,7 @@ from rods_gym.trainer.config import TrainConfig, load_config, save_config
 from rods_gym.trainer.curricula.arms import DynamicSampling
 from rods_gym.trainer.curricula.detector import group_stats
 from rods_gym.trainer.evaluation import summarize
-from rods_gym.trainer.loop import env_kwargs, grpo_train, rollout_settings
+from rods_gym.trainer.loop import env_kwargs, eval_settings, grpo_train
 from rods_gym.trainer.pipeline import env_mode, make_accelerator, warm_start
 from rods_gym.trainer.policy import Policy, load_policy, make_policy
 from rods_gym.trainer.rollout import RolloutEngine
@@ -188,7 +188,7 @@ def eval_tasks(cfg: TrainConfig, spec: EvalSpec) -> dict[str, list[TaskSpec]]:
 def evaluate_per_task(policy: Policy, cfg: TrainConfig, sets: Mapping[str, Sequence[TaskSpec]],
                       batch_episodes: int) -> dict[str, dict[str, Any]]:
     """Greedy episodes on the base environment, one per task: per-task success/progress plus the summary."""
-    engine = RolloutEngine(policy, cfg.data.env_id, rollout_settings(cfg), env_kwargs(cfg))
+    engine = RolloutEngine(policy, cfg.data.env_id, eval_settings(cfg), env_kwargs(cfg))
     out: dict[str, dict[str, Any]] = {}
     for split, tasks in sets.items():
         trajs = []

@@ -9,6 +9,9 @@ world range. Held-out tools (two per domain, chosen by a seeded generator) never
 train, dev or test; every ``ood`` task uses at least one of them. No two tasks of any
 splits share (signature, bindings). Every task is solved by the oracle in all three views
 before it is written. The build is deterministic: the same seed gives the same files.
+
+``demonstration_tasks(n)`` draws further tasks the same way, kept apart from every split, for
+warm-start demonstrations (``sft.data: sampled`` in the trainer).
 """
 
 from __future__ import annotations
@@ -27,9 +30,9 @@ from rods_gym.oracle import solve
 from rods_gym.sampler import SamplerConfig, SamplingError, TaskSampler
 from rods_gym.signature import compute_signature
 from rods_gym.suite import Suite, default_suite
-from rods_gym.task import TaskSpec, write_jsonl
+from rods_gym.task import TaskSpec, read_jsonl, write_jsonl
 
-from . import TASKSETS_DIR
+from . import TASKSETS_DIR, taskset_path
 
 DEPTHS = (1, 2, 3, 4, 5)
 #: turn-type strata and their share of each split
@@ -98,8 +101,10 @@ def solvable_everywhere(task: TaskSpec, envs: Sequence[ToolChainEnv]) -> bool:
 
 
 def build_split(spec: SplitSpec, suite: Suite, held: Sequence[str], taken: set[tuple[str, str]],
-                max_tries_per_task: int = 200) -> list[TaskSpec]:
-    envs = [ToolChainEnv(mode=m, suite=suite) for m in ("chat", "compact", "structured")]
+                max_tries_per_task: int = 200, views: Sequence[str] = ("chat", "compact", "structured")
+                ) -> list[TaskSpec]:
+    """``spec.size`` stratified tasks whose keys are not in ``taken`` (which grows), each solved in ``views``."""
+    envs = [ToolChainEnv(mode=m, suite=suite) for m in views]
     out: list[TaskSpec] = []
     for cell, (depth, stratum, count) in enumerate(quotas(spec.size)):
         knobs = STRATA[stratum][1]
@@ -140,6 +145,22 @@ def build_all(out_dir: Path = TASKSETS_DIR, suite: Suite | None = None) -> dict[
         write_jsonl(splits[spec.name], Path(out_dir) / f"{spec.name}.jsonl")
     (Path(out_dir) / "held_out_tools.json").write_text(json.dumps(list(held), indent=1) + "\n")
     return splits
+
+
+def demonstration_tasks(size: int, *, seed: int = 505, view: str = "compact", suite: Suite | None = None,
+                        ) -> list[TaskSpec]:
+    """Fresh tasks for warm-start demonstrations, drawn like the seeds but never equal to a checked-in task.
+
+    The same strata and depths as the train split, from sampler seed ``seed`` and its own world
+    range; held-out tools excluded (so the OOD split stays out of distribution); no task shares
+    (signature, bindings) with any train, dev, test or OOD task; each is solved by the oracle in
+    ``view``. Deterministic in ``(size, seed)``.
+    """
+    suite = suite or default_suite()
+    taken = {binding_key(t, suite) for split in ("train", "dev", "test", "ood") if taskset_path(split).exists()
+             for t in read_jsonl(taskset_path(split))}
+    spec = SplitSpec("demo", size, seed, 10_000 + 1_000 * (seed % 50))
+    return build_split(spec, suite, held_out_tools(suite), taken, views=(view,))
 
 
 def describe(tasks: Iterable[TaskSpec]) -> str:

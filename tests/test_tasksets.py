@@ -76,3 +76,23 @@ def test_build_is_reproducible(splits):
     spec = next(s for s in SPLITS if s.name == "dev")
     rebuilt = build_split(spec, suite, held_out_tools(suite), taken)
     assert [t.to_json() for t in rebuilt] == [t.to_json() for t in splits["dev"]]
+
+
+def test_demonstration_tasks_are_fresh_stratified_and_deterministic(splits):
+    """Warm-start tasks: drawn like the seeds, never a checked-in task, no held-out tool, solvable."""
+    import rods_gym
+    from rods_gym.envs.build_tasksets import demonstration_tasks
+
+    suite = default_suite()
+    tasks = demonstration_tasks(60, seed=505)
+    assert len(tasks) == 60 and [t.to_json() for t in demonstration_tasks(60, seed=505)] == [t.to_json() for t in tasks]
+    assert [t.to_json() for t in demonstration_tasks(60, seed=506)] != [t.to_json() for t in tasks]
+    taken = {binding_key(t, suite) for ts in splits.values() for t in ts}
+    assert not {binding_key(t, suite) for t in tasks} & taken
+    held = set(held_out_tools(suite))
+    assert not {c.tool for t in tasks for c in t.calls} & held
+    assert set(Counter(t.meta["knobs"]["depth"] for t in tasks)) == {1, 2, 3, 4, 5}
+    env = rods_gym.ToolChainEnv(mode="compact")
+    for t in tasks:
+        env.reset(options={"task": t})
+        assert rods_gym.solve(env)[1]["success"], t.id

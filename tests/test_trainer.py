@@ -235,3 +235,37 @@ def test_pipeline_runs_the_chat_view_end_to_end(tmp_path: Path) -> None:
     assert [r["step"] for r in records] == [1, 2] and all(r["gen_tokens"] > 0 for r in records)
     saved = json.loads((tmp_path / "chat" / "summary.json").read_text())
     assert saved["policy"] == "tiny-chat" and saved["env_id"] == "rods/ToolChain-Easy-Chat-v0"
+
+
+def test_warm_start_data_seeds_or_fresh_sampled_tasks() -> None:
+    """``sft.data``: the first seeds, or fresh tasks drawn like them that are none of the seeds."""
+    from rods_gym import load_split
+    from rods_gym.trainer.pipeline import demonstration_tasks
+
+    seeds = load_split("train")
+    assert demonstration_tasks(load_config(None, ["sft.demos=5"]), seeds, "compact") == seeds[:5]
+    fresh = demonstration_tasks(load_config(None, ["sft.data=sampled", "sft.demos=20"]), seeds, "compact")
+    assert len(fresh) == 20 and not {t.to_json() for t in fresh} & {t.to_json() for t in seeds}
+    assert {t.calls[0].tool for t in fresh} - {t.calls[0].tool for t in seeds[:20]}  # new tools, not the seeds'
+    with pytest.raises(ValueError, match="sft.data"):
+        load_config(None, ["sft.data=everything"])
+
+
+def test_before_after_table_pairs_depths_read_back_from_json() -> None:
+    """A resumed run reads ``eval_before.json`` (string depth keys); each depth still gets one row."""
+    from rods_gym.trainer.pipeline import _success_table
+
+    after = {"test": {"success": 0.5, "progress": 0.6, "per_depth": {1: {"success": 0.75}, 2: {"success": 0.25}}}}
+    before = json.loads(json.dumps({"test": {"success": 0.25, "progress": 0.5,
+                                             "per_depth": {1: {"success": 0.5}, 2: {"success": 0.0}}}}))
+    rows = _success_table(before, after).splitlines()
+    assert [r.split()[1:] for r in rows if "depth" in r] == [["depth", "1", "0.500", "0.750"],
+                                                             ["depth", "2", "0.000", "0.250"]]
+
+
+def test_turn_slack_budgets_training_episodes_only() -> None:
+    from rods_gym.trainer.loop import eval_settings, rollout_settings
+
+    cfg = load_config(None, ["rollout.turn_slack=3", "rollout.max_turns=9"])
+    assert rollout_settings(cfg).turn_slack == 3
+    assert eval_settings(cfg).turn_slack is None and eval_settings(cfg).max_turns == 9

@@ -69,7 +69,7 @@ def run_sft(args: argparse.Namespace) -> int:
     from .pipeline import env_mode, make_accelerator, warm_start
     from .config import save_config
     from .evaluation import evaluate
-    from .loop import env_kwargs, rollout_settings
+    from .loop import env_kwargs, eval_settings
     from .policy import make_policy
     from .tasks import load_tasks, spread
 
@@ -84,7 +84,7 @@ def run_sft(args: argparse.Namespace) -> int:
     if accelerator.is_main_process:
         for split in cfg.eval.splits:
             tasks = spread(load_tasks(split, cfg.data), cfg.eval.tasks)
-            res = evaluate(policy, tasks, cfg.data.env_id, settings=rollout_settings(cfg),
+            res = evaluate(policy, tasks, cfg.data.env_id, settings=eval_settings(cfg),
                            batch_episodes=cfg.eval.batch_episodes, env_kwargs=env_kwargs(cfg))
             print(f"held-out {split}: success {res['success']:.3f} progress {res['progress']:.3f} ({len(tasks)} tasks)")
         print(f"saved the policy to {run_dir / 'sft_policy'}")
@@ -93,7 +93,7 @@ def run_sft(args: argparse.Namespace) -> int:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     from .evaluation import evaluate
-    from .loop import env_kwargs, rollout_settings
+    from .loop import env_kwargs, eval_settings
     from .pipeline import env_mode
     from .policy import load_policy, make_policy
     from .tasks import load_tasks, spread
@@ -108,7 +108,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     results = {}
     for split in splits:
         tasks = spread(load_tasks(split, cfg.data), n)
-        results[split] = evaluate(policy, tasks, cfg.data.env_id, settings=rollout_settings(cfg),
+        results[split] = evaluate(policy, tasks, cfg.data.env_id, settings=eval_settings(cfg),
                                   batch_episodes=cfg.eval.batch_episodes, env_kwargs=env_kwargs(cfg))
     if args.json:
         print(json.dumps(results, indent=2))

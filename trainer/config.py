@@ -87,7 +87,12 @@ class GRPOConfig:
 @dataclass(frozen=True)
 class SFTConfig:
     enabled: bool = True
-    demos: int = 400  # oracle demonstrations from the train split (at most its size)
+    # seeds: oracle demonstrations of the train split's first ``demos`` tasks (at most its size);
+    # sampled: of ``demos`` fresh tasks drawn like the seeds (same strata, held-out tools excluded,
+    # none equal to a train/dev/test/OOD task by signature and bindings; envs.build_tasksets)
+    data: str = "seeds"
+    demos: int = 400
+    data_seed: int = 505  # sampler seed of ``data: sampled``
     steps: int = 150
     batch_size: int = 32
     lr: float = 1e-3
@@ -144,6 +149,7 @@ CHOICES = {
     ("grpo", "scheduler"): ("constant", "linear", "cosine"),
     ("policy", "dtype"): ("float32", "bfloat16", "float16"),
     ("policy", "compact_tokens"): ("words", "pieces"),
+    ("sft", "data"): ("seeds", "sampled"),
 }
 
 

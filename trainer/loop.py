@@ -18,7 +18,7 @@ import math
 import time
 import warnings
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -52,9 +52,16 @@ class LoopResult:
 
 
 def rollout_settings(cfg: TrainConfig) -> RolloutSettings:
+    """How training episodes run (``rollout.turn_slack`` budgets actions per task, see RolloutConfig)."""
     r = cfg.rollout
     return RolloutSettings(max_action_tokens=r.max_action_tokens, max_turns=r.max_turns, max_context=r.max_context,
                            temperature=r.temperature, turn_slack=r.turn_slack)
+
+
+def eval_settings(cfg: TrainConfig) -> RolloutSettings:
+    """How evaluation episodes run: as training, but never with the oracle-derived ``turn_slack`` budget
+    (an evaluated policy gets the plain ``max_turns`` limit, whatever the training shaping)."""
+    return replace(rollout_settings(cfg), turn_slack=None)
 
 
 def env_kwargs(cfg: TrainConfig) -> dict[str, Any]:
@@ -214,8 +221,9 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
     unwrapped = accelerator.unwrap_model(model)
     engine = RolloutEngine(policy, source_env_id(source, cfg), rollout_settings(cfg), source_env_kwargs(source, cfg))
     # evaluation always uses the plain environment (a source may train on, e.g., an augmented twin)
-    same_env = engine.env_id == cfg.data.env_id and engine.env_kwargs == env_kwargs(cfg)
-    eval_engine = engine if same_env else RolloutEngine(policy, cfg.data.env_id, rollout_settings(cfg), env_kwargs(cfg))
+    same_env = (engine.env_id == cfg.data.env_id and engine.env_kwargs == env_kwargs(cfg)
+                and rollout_settings(cfg) == eval_settings(cfg))
+    eval_engine = engine if same_env else RolloutEngine(policy, cfg.data.env_id, eval_settings(cfg), env_kwargs(cfg))
     logger = None
     if main:
         logger = MetricsLogger(run_dir / "metrics.jsonl", run_dir / "tensorboard" if cfg.tensorboard else None)

@@ -20,7 +20,7 @@ from accelerate import Accelerator
 import rods_gym  # noqa: F401  (registers the environments)
 
 from .config import TrainConfig, save_config
-from .loop import LoopResult, env_kwargs, evaluate_sets, grpo_train, rollout_settings
+from .loop import LoopResult, env_kwargs, eval_settings, evaluate_sets, grpo_train
 from .plots import plot_training_curve
 from .policy import Policy, load_policy, make_policy, save_policy
 from .rollout import RolloutEngine
@@ -50,33 +50,44 @@ def _success_table(before: Mapping[str, Any], after: Mapping[str, Any]) -> str:
     for split in before:
         for metric in ("success", "progress"):
             lines.append(f"{split:8s} {metric:9s} {before[split][metric]:7.3f} {after[split][metric]:7.3f}")
-        depths = sorted(set(before[split]["per_depth"]) | set(after[split]["per_depth"]), key=int)
-        for d in depths:
-            b = before[split]["per_depth"].get(d, {}).get("success", float("nan"))
-            a = after[split]["per_depth"].get(d, {}).get("success", float("nan"))
+        # depth keys are ints in a fresh summary and strings once read back from JSON (a resumed run)
+        b_depth = {str(k): v for k, v in before[split]["per_depth"].items()}
+        a_depth = {str(k): v for k, v in after[split]["per_depth"].items()}
+        for d in sorted(set(b_depth) | set(a_depth), key=int):
+            b = b_depth.get(d, {}).get("success", float("nan"))
+            a = a_depth.get(d, {}).get("success", float("nan"))
             lines.append(f"{split:8s} {'depth ' + str(d):9s} {b:7.3f} {a:7.3f}")
     return "\n".join(lines)
 
 
+def demonstration_tasks(cfg: TrainConfig, seeds: list, mode: str) -> list:
+    """The tasks the warm start imitates: the first seeds, or fresh tasks drawn like them (``sft.data``)."""
+    if cfg.sft.data == "seeds":
+        return seeds[: cfg.sft.demos]
+    from rods_gym.envs.build_tasksets import demonstration_tasks as fresh
+
+    return fresh(cfg.sft.demos, seed=cfg.sft.data_seed, view=mode)
+
+
 def warm_start(cfg: TrainConfig, policy: Policy, seeds: list, accelerator: Accelerator, run_dir: Path,
                resume: bool, log: Callable[..., None]) -> dict[str, Any]:
-    """SFT on oracle demonstrations of the seeds; saves ``sft_policy/``. Returns its record."""
+    """SFT on oracle demonstrations (``sft.data``); saves ``sft_policy/``. Returns its record."""
     sft_dir = run_dir / "sft_policy"
     if resume and (sft_dir / "config.json").exists():
         policy.model.load_state_dict(load_policy(sft_dir, dtype=cfg.policy.dtype).model.state_dict())
         log(f"sft: resumed the warm start from {sft_dir}")
         return json.loads((run_dir / "sft.json").read_text()) if (run_dir / "sft.json").exists() else {}
     t0 = time.perf_counter()
-    demos = make_demonstrations(policy, seeds[: cfg.sft.demos], cfg.data.env_id)
+    demos = make_demonstrations(policy, demonstration_tasks(cfg, seeds, env_mode(cfg.data.env_id)), cfg.data.env_id)
     losses = train_sft(policy, demos, cfg.sft, seed=cfg.seed, accelerator=accelerator)
-    record = {"demos": len(demos), "steps": cfg.sft.steps, "final_loss": losses[-1] if losses else None,
+    record = {"data": cfg.sft.data, "demos": len(demos), "steps": cfg.sft.steps, "final_loss": losses[-1] if losses else None,
               "seconds": time.perf_counter() - t0,
               "demo_tokens": sum(len(d.transcript) for d in demos), "agent_tokens": sum(sum(d.transcript.action_mask) for d in demos)}
     if accelerator.is_main_process:
         save_policy(policy, sft_dir)
         (run_dir / "sft.json").write_text(json.dumps(record, indent=2))
     accelerator.wait_for_everyone()
-    log(f"sft: {len(demos)} demonstrations, {cfg.sft.steps} steps, final loss {record['final_loss']:.3f}, "
+    log(f"sft: {len(demos)} demonstrations ({cfg.sft.data}), {cfg.sft.steps} steps, final loss {record['final_loss']:.3f}, "
         f"{record['seconds']:.0f}s")
     return record
 
@@ -110,7 +121,7 @@ def run_training(cfg: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
     log(f"policy {policy.name}: {n_params / 1e6:.2f}M parameters, vocabulary {len(policy.tokenizer)}")
     sft_record = warm_start(cfg, policy, seeds, accelerator, run_dir, resume, log) if cfg.sft.enabled else {}
 
-    engine = RolloutEngine(policy, cfg.data.env_id, rollout_settings(cfg), env_kwargs(cfg))
+    engine = RolloutEngine(policy, cfg.data.env_id, eval_settings(cfg), env_kwargs(cfg))
     before_file = run_dir / "eval_before.json"
     if resume and before_file.exists():
         before = json.loads(before_file.read_text())
