@@ -269,3 +269,24 @@ def test_turn_slack_budgets_training_episodes_only() -> None:
     cfg = load_config(None, ["rollout.turn_slack=3", "rollout.max_turns=9"])
     assert rollout_settings(cfg).turn_slack == 3
     assert eval_settings(cfg).turn_slack is None and eval_settings(cfg).max_turns == 9
+
+
+def test_error_penalty_shapes_training_envs_only() -> None:
+    """``rollout.error_penalty``: a rejected action costs reward in training envs; evaluation envs score progress."""
+    import gymnasium as gym
+
+    from rods_gym import load_split
+    from rods_gym.trainer.loop import env_kwargs, source_env_kwargs
+    from rods_gym.trainer.task_source import FixedSeeds
+
+    cfg = load_config(None, ["rollout.error_penalty=0.05"])
+    source = FixedSeeds(load_split("train")[:2])
+    rewards = {}
+    for name, kwargs in (("train", source_env_kwargs(source, cfg)), ("eval", env_kwargs(cfg))):
+        env = gym.make(cfg.data.env_id, **kwargs)
+        env.reset(seed=0)
+        rewards[name] = env.step("call no_such_tool")[1]
+    assert rewards == {"train": -0.05, "eval": 0.0}
+    assert "reward" not in source_env_kwargs(source, load_config(None, []))
+    with pytest.raises(ValueError, match="error_penalty"):
+        load_config(None, ["rollout.error_penalty=-1"])

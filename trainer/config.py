@@ -61,6 +61,9 @@ class RolloutConfig:
     max_turns: int = 12
     max_context: int = 1024  # episodes whose context would exceed this stop (counted as truncated)
     turn_slack: int | None = None  # if set, an episode may take the oracle's action count + this many actions
+    # training episodes only: subtracted from the reward for every action the env rejects (any
+    # error class); evaluation always scores plain progress. 0: off (returns = progress in [0, 1])
+    error_penalty: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -168,6 +171,8 @@ def check_config(cfg: TrainConfig) -> None:
         raise ValueError("config rollout.temperature must be > 0 (evaluation is greedy by itself)")
     if not (0 <= cfg.grpo.eps_low < 1 and cfg.grpo.eps_high >= 0):
         raise ValueError("config grpo.eps_low must lie in [0, 1) and grpo.eps_high be >= 0")
+    if cfg.rollout.error_penalty < 0:
+        raise ValueError(f"config rollout.error_penalty must be >= 0 (it is subtracted), got {cfg.rollout.error_penalty}")
     if cfg.steps < 0 or cfg.checkpoint_every < 0 or cfg.keep_checkpoints < 1:
         raise ValueError("config steps and checkpoint_every must be >= 0 and keep_checkpoints >= 1")
 

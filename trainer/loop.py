@@ -28,6 +28,7 @@ from accelerate import Accelerator
 from accelerate.utils import gather_object
 from tqdm.auto import tqdm
 
+from rods_gym.episode import ERROR_CLASSES, RewardConfig
 from rods_gym.task import TaskSpec
 
 from .checkpoint import (finish_checkpoint, latest_checkpoint, load_rank_rng, load_trainer_state,
@@ -415,7 +416,12 @@ def source_env_id(source: TaskSource, cfg: TrainConfig) -> str:
 
 
 def source_env_kwargs(source: TaskSource, cfg: TrainConfig) -> dict[str, Any]:
-    return {**env_kwargs(cfg), **dict(getattr(source, "env_kwargs", None) or {})}
+    """The training environments' kwargs: ``env_kwargs``, the training-only error penalty, then the source's own."""
+    out = env_kwargs(cfg)
+    if cfg.rollout.error_penalty > 0:
+        penalty = {cls: cfg.rollout.error_penalty for cls in ERROR_CLASSES if cls not in ("none", "episode_over")}
+        out["reward"] = RewardConfig(error_penalty=penalty)
+    return {**out, **dict(getattr(source, "env_kwargs", None) or {})}
 
 
 def eval_records(entry: Mapping[str, Any]) -> list[dict[str, Any]]:
