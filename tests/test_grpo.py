@@ -150,3 +150,40 @@ def test_kl_term_adds_beta_times_mean_k3() -> None:
     b.ref_logp = None
     with pytest.raises(ValueError, match="reference"):
         grpo_loss(model, b, LossSettings(beta=0.1))
+
+
+def test_action_advantages_standardize_each_actions_reward_within_its_group() -> None:
+    from rods_gym.trainer.grpo import action_advantages
+
+    groups = [[[0.5, 0.0], [0.5, 0.5]], [[0.0], [0.0, 0.0]]]
+    out = action_advantages(groups, eps=0.0)
+    # group 0: rewards 0.5, 0, 0.5, 0.5 -> mean 0.375, sample std 0.25
+    assert out[0] == [[pytest.approx(0.5), pytest.approx(-1.5)], [pytest.approx(0.5), pytest.approx(0.5)]]
+    assert out[1] == [[0.0], [0.0, 0.0]]  # every action earned the same: no signal
+
+
+def test_per_token_advantages_equal_to_the_sequence_value_give_the_same_loss() -> None:
+    """A [B, T] advantage tensor equal to each sequence's value everywhere reproduces the [B] loss; a
+    different value on one action's tokens changes only that action's terms."""
+    model = TinyLM()
+    adv = [1.0, -0.5, 0.25]
+    b = _batch(model, adv)
+    ids = [[1, 2, 3, 4], [1, 5, 6], [2, 2, 3, 1, 0]]
+    per_token = make_batch(ids, [[0, 1, 1, 0], [0, 0, 1], [0, 1, 1, 1, 1]], [[0.0] * len(x) for x in ids],
+                           [[a] * len(x) for a, x in zip(adv, ids)], pad_id=0)
+    per_token.old_logp = b.old_logp
+    assert per_token.advantages.shape == b.action_mask.shape
+    settings = LossSettings(aggregation="token")
+    assert grpo_loss(model, per_token, settings)[0].item() == pytest.approx(grpo_loss(model, b, settings)[0].item())
+    sub = per_token.select([0, 2])
+    assert sub.advantages.shape == sub.action_mask.shape
+    bumped = make_batch(ids, [[0, 1, 1, 0], [0, 0, 1], [0, 1, 1, 1, 1]], [[0.0] * len(x) for x in ids],
+                        [[1.0, 1.0, 3.0, 1.0], [-0.5] * 3, [0.25] * 5], pad_id=0)
+    bumped.old_logp = b.old_logp
+    n = float(b.action_mask.sum())
+    # on-policy the loss is -sum(A * mask) / n: token 2 of sequence 0 (a target position) gains 2.0
+    delta = grpo_loss(model, bumped, settings)[0].item() - grpo_loss(model, b, settings)[0].item()
+    assert delta == pytest.approx(-2.0 / n, abs=1e-6)
+    with pytest.raises(ValueError, match="token advantages"):
+        make_batch(ids, [[0, 1, 1, 0], [0, 0, 1], [0, 1, 1, 1, 1]], [[0.0] * len(x) for x in ids],
+                   [[1.0], [0.0] * 3, [0.0] * 5], pad_id=0)

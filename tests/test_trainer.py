@@ -290,3 +290,22 @@ def test_error_penalty_shapes_training_envs_only() -> None:
     assert "reward" not in source_env_kwargs(source, load_config(None, []))
     with pytest.raises(ValueError, match="error_penalty"):
         load_config(None, ["rollout.error_penalty=-1"])
+
+
+def test_action_level_term_trains_on_per_action_rewards(task_file: Path, warm_policy: Path, tmp_path: Path) -> None:
+    """``grpo.action_weight``: the same rollouts (same seed) give a different update than plain GRPO, and
+    every action's tokens carry the episode advantage plus the weighted action term."""
+    from rods_gym.trainer.loop import token_advantages
+    from rods_gym.trainer.rollout import Trajectory
+    from rods_gym.trainer.transcript import Transcript
+
+    plain, _ = _run(tiny_config(task_file, tmp_path / "plain", steps="1"), warm_policy)
+    shaped, _ = _run(tiny_config(task_file, tmp_path / "shaped", steps="1", **{"grpo.action_weight": "1.0"}), warm_policy)
+    rec_plain = read_jsonl(tmp_path / "plain" / "metrics.jsonl")[0]
+    rec_shaped = read_jsonl(tmp_path / "shaped" / "metrics.jsonl")[0]
+    assert rec_plain["gen_tokens"] == rec_shaped["gen_tokens"]  # same rollouts
+    assert any(not torch.equal(a, b) for a, b in zip(plain.model.parameters(), shaped.model.parameters()))
+    tr = Trajectory(task=seed_tasks()[0], task_index=0, transcript=Transcript([5, 6, 7, 8, 9, 10], [0, 1, 1, 0, 1, 0],
+                                                                                 [0.0] * 6),
+                    rewards=[0.5, 0.0], action_spans=[(1, 3), (4, 5)])
+    assert token_advantages(tr, 0.25, [1.0, -1.0], 0.5) == [0.0, 0.75, 0.75, 0.0, -0.25, 0.0]

@@ -85,6 +85,10 @@ class GRPOConfig:
     max_grad_norm: float = 1.0
     adv_eps: float = 1e-4
     freeze_embeddings: bool = False  # keep the (tied) token embeddings fixed during GRPO
+    # weight of an action-level term added to each action's tokens: the action's own reward (its
+    # progress gain, minus penalties) standardized over all actions of its group (grpo.action_advantages).
+    # 0: plain GRPO (one episode-level advantage for every token of a rollout)
+    action_weight: float = 0.0
 
 
 @dataclass(frozen=True)

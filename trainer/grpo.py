@@ -42,6 +42,23 @@ def group_advantages(returns: torch.Tensor, scale: str = "group", eps: float = 1
     return centered / (std + eps)
 
 
+def action_advantages(groups: Sequence[Sequence[Sequence[float]]], eps: float = 1e-4) -> list[list[list[float]]]:
+    """Per-action advantages from per-action rewards: each action's reward standardized over all
+    actions of its group (every rollout of the same task). ``groups[g][i][t]`` is the reward of
+    action ``t`` of rollout ``i``; the result has the same nesting. A group whose actions all
+    earned the same reward gets zeros."""
+    out = []
+    for group in groups:
+        flat = torch.tensor([r for rewards in group for r in rewards], dtype=torch.float32)
+        std = flat.std() if flat.numel() > 1 else torch.tensor(0.0)
+        if float(std) == 0.0:
+            out.append([[0.0] * len(rewards) for rewards in group])
+            continue
+        mean = flat.mean()
+        out.append([[float((r - mean) / (std + eps)) for r in rewards] for rewards in group])
+    return out
+
+
 def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, eps_low: float,
                       eps_high: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-token PPO-clip loss; ``advantages`` broadcast to the token shape.
@@ -141,7 +158,7 @@ class Batch:
     attention_mask: torch.Tensor  # [B, T]
     action_mask: torch.Tensor  # [B, T-1], 1 on generated tokens
     old_logp: torch.Tensor  # [B, T-1], sampling log-probs
-    advantages: torch.Tensor  # [B]
+    advantages: torch.Tensor  # [B] (one per sequence) or [B, T-1] (per token, aligned like action_mask)
     ref_logp: torch.Tensor | None = None  # [B, T-1]
 
     def __len__(self) -> int:
@@ -151,13 +168,16 @@ class Batch:
         idx = torch.as_tensor(idx, dtype=torch.long)
         width = int(self.attention_mask[idx].sum(1).max())  # trim padding for this subset
         return Batch(self.input_ids[idx, :width], self.attention_mask[idx, :width], self.action_mask[idx, : width - 1],
-                     self.old_logp[idx, : width - 1], self.advantages[idx],
+                     self.old_logp[idx, : width - 1],
+                     self.advantages[idx] if self.advantages.dim() == 1 else self.advantages[idx, : width - 1],
                      None if self.ref_logp is None else self.ref_logp[idx, : width - 1])
 
 
 def make_batch(ids: Sequence[Sequence[int]], action_masks: Sequence[Sequence[int]], logprobs: Sequence[Sequence[float]],
-               advantages: Sequence[float], pad_id: int) -> Batch:
+               advantages: Sequence[float] | Sequence[Sequence[float]], pad_id: int) -> Batch:
+    """Right-pad ``ids``; ``advantages`` holds one value per sequence, or one per token of each sequence."""
     n, width = len(ids), max(len(x) for x in ids)
+    per_token = n > 0 and not isinstance(advantages[0], (int, float))
     input_ids = torch.full((n, width), pad_id, dtype=torch.long)
     attn = torch.zeros((n, width), dtype=torch.long)
     amask = torch.zeros((n, width), dtype=torch.float32)
@@ -168,6 +188,13 @@ def make_batch(ids: Sequence[Sequence[int]], action_masks: Sequence[Sequence[int
         attn[i, :k] = 1
         amask[i, :k] = torch.as_tensor(list(m), dtype=torch.float32)
         old[i, :k] = torch.as_tensor(list(lp), dtype=torch.float32)
+    if per_token:
+        adv = torch.zeros((n, width), dtype=torch.float32)
+        for i, a in enumerate(advantages):
+            if len(a) != len(ids[i]):
+                raise ValueError(f"sequence {i}: {len(a)} token advantages for {len(ids[i])} tokens")
+            adv[i, : len(a)] = torch.as_tensor(list(a), dtype=torch.float32)
+        return Batch(input_ids, attn, amask[:, 1:], old[:, 1:], adv[:, 1:])
     return Batch(input_ids, attn, amask[:, 1:], old[:, 1:], torch.as_tensor(list(advantages), dtype=torch.float32))
 
 
@@ -187,7 +214,8 @@ def grpo_loss(model: torch.nn.Module, batch: Batch, settings: LossSettings, *, n
     device = next(model.parameters()).device
     ids, attn = batch.input_ids.to(device), batch.attention_mask.to(device)
     mask, old = batch.action_mask.to(device), batch.old_logp.to(device)
-    adv = batch.advantages.to(device)[:, None]
+    adv = batch.advantages.to(device)
+    adv = adv[:, None] if adv.dim() == 1 else adv
     # log-probs are needed only at generated tokens: logits are computed there only (when the model allows)
     logp, entropy = token_logprobs(model, ids, attn, settings.temperature, with_entropy=True, needed=mask)
     per_token, low, high = clipped_surrogate(logp, old, adv, settings.eps_low, settings.eps_high)

@@ -36,7 +36,7 @@ from .checkpoint import (finish_checkpoint, latest_checkpoint, load_rank_rng, lo
 from .config import TrainConfig
 from .curricula.arms import DynamicSampling
 from .evaluation import summarize
-from .grpo import Batch, LossSettings, grpo_loss, group_advantages, make_batch, token_logprobs
+from .grpo import Batch, LossSettings, action_advantages, grpo_loss, group_advantages, make_batch, token_logprobs
 from .metrics import MetricsLogger
 from .policy import Policy, load_policy, save_policy
 from .rollout import RolloutEngine, RolloutSettings, RolloutStats, Trajectory
@@ -83,6 +83,14 @@ def lr_lambda(cfg: TrainConfig) -> Callable[[int], float]:
         return 1.0
 
     return f
+
+
+def token_advantages(tr: Trajectory, episode: float, actions: Sequence[float], weight: float) -> list[float]:
+    """One advantage per token of ``tr``: ``episode + weight * actions[t]`` on the tokens of action ``t``."""
+    out = [0.0] * len(tr.transcript)
+    for (start, end), a in zip(tr.action_spans, actions):
+        out[start:end] = [episode + weight * a] * (end - start)
+    return out
 
 
 def _light(tr: Trajectory) -> Trajectory:
@@ -284,6 +292,11 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         trajs = [tr for grp in mine_kept for tr in grp]
         returns = torch.tensor([[tr.ret for tr in grp] for grp in mine_kept], dtype=torch.float32)
         advantages = (group_advantages(returns, g.scale_rewards, g.adv_eps).view(-1).tolist() if mine_kept else [])
+        if g.action_weight > 0 and mine_kept:  # episode advantage on every token + the action's own term
+            per_action = [a for grp in action_advantages([[tr.rewards for tr in grp] for grp in mine_kept], g.adv_eps)
+                          for a in grp]
+            advantages = [token_advantages(tr, a_ep, a_act, g.action_weight)
+                          for tr, a_ep, a_act in zip(trajs, advantages, per_action)]
 
         # 3. the update (skipped, on every process alike, when the source kept no group). A process
         #    with fewer trajectories than minibatches pads with null rows (no generated token: no loss,
@@ -298,7 +311,8 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
             batch = make_batch([tr.transcript.ids for tr in trajs] + [null_ids] * n_null,
                                [tr.transcript.action_mask for tr in trajs] + [[0, 0]] * n_null,
                                [tr.transcript.logprobs for tr in trajs] + [[0.0, 0.0]] * n_null,
-                               advantages + [0.0] * n_null, policy.pad_id)
+                               advantages + ([[0.0, 0.0]] * n_null if g.action_weight > 0 else [0.0] * n_null),
+                               policy.pad_id)
             real = torch.tensor([1.0] * len(trajs) + [0.0] * n_null)
             update_tokens = float(batch.attention_mask[: len(trajs)].sum()) * g.epochs
             if ref_model is not None:

@@ -56,6 +56,8 @@ class Trajectory:
     truncated: bool = False
     done: bool = False
     env_options: dict[str, Any] = field(default_factory=dict)
+    rewards: list[float] = field(default_factory=list)  # the env's reward for each action, in order
+    action_spans: list[tuple[int, int]] = field(default_factory=list)  # [start, end) of each action's ids
 
     @property
     def n_generated(self) -> int:
@@ -159,11 +161,14 @@ class RolloutEngine:
             stats.gen_time += t2 - t1
             for i, g in zip(rows, gens):
                 tr, env = trajs[i], self.envs[i]
+                start = len(tr.transcript)
                 tr.transcript.add_action(g.ids, g.logprobs)
+                tr.action_spans.append((start, len(tr.transcript)))
                 stats.gen_tokens += len(g.ids)
                 text = self.codec.action_text(g.ids)
                 obs, reward, terminated, truncated, info = env.step(text)
                 tr.ret += float(reward)
+                tr.rewards.append(float(reward))
                 tr.progress, tr.success = float(info["progress"]), bool(info["success"])
                 tr.turns += 1
                 tr.errors += info["error"] != "none"
