@@ -150,12 +150,15 @@ class ToolChainEnv(gym.Env):
         return obs, info
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
-        if self.episode is None:
+        ep = self.episode
+        if ep is None:
             raise RuntimeError("call reset() before step()")
-        parsed = self.renderer.decode(action)
-        outcome = self.episode.step(parsed)
-        obs = self.renderer.observe(self.episode, outcome)
-        info = self._info(outcome.error)
+        renderer = self.renderer
+        outcome = ep.step(renderer.decode(action))
+        obs = renderer.observe(ep, outcome)
+        done = len(ep.satisfied) + ep.answered  # ep.progress and ep.success, inlined (as _info)
+        info = {"progress": done / ep.c.n_required, "success": done == ep.c.n_required, "error": outcome.error,
+                "turn": ep.turn, "step": ep.steps, "task_id": ep.task.id, "signature": self._signature}
         if self.mode == "chat":
             info["new_messages"] = list(self.renderer.new_messages)  # type: ignore[attr-defined]
         if self.render_mode == "human":

@@ -87,6 +87,12 @@ class CompiledTask:
             self.bound[c.id] = [(p, d.src, d.field) for p, d in b.items()]
             self.facts[c.id] = {p: v for p, v in c.args.items() if p not in b}
             self.keys[c.id] = frozenset(c.args)
+        # what _match tests per tool, in task order: (cid, turn, keys, facts, bound)
+        self.plans: dict[str, tuple[tuple[str, int, frozenset[str], tuple[tuple[str, Any], ...],
+                                          tuple[tuple[str, str, str], ...]], ...]] = {
+            tool: tuple((cid, self.turn_of[cid], self.keys[cid], tuple(self.facts[cid].items()),
+                         tuple(self.bound[cid])) for cid in cids)
+            for tool, cids in self.by_tool.items()}
         self.n_required = len(task.calls) + (task.answer is not None)
         self.tools = task.tools
         self.available = frozenset(self.tools)
@@ -173,21 +179,22 @@ class Episode:
             return self._error(out, "episode_over", "the episode is over; call reset()", None)
         self.steps += 1
         n_required = self.c.n_required
-        before = (len(self.satisfied) + self.answered) / n_required
-        if isinstance(action, Invalid):
-            self._error(out, action.error, action.message, None)
-        elif isinstance(action, ToolCall):
+        satisfied = self.satisfied
+        before = len(satisfied) + self.answered
+        if isinstance(action, ToolCall):  # the types are disjoint; the common one first
             self._call(action, out)
-        elif isinstance(action, Ask):
-            self._ask(out)
         elif isinstance(action, Reply):
             self._reply(action.text, out)
+        elif isinstance(action, Ask):
+            self._ask(out)
+        elif isinstance(action, Invalid):
+            self._error(out, action.error, action.message, None)
         else:  # pragma: no cover - renderers only produce the types above
             raise TypeError(f"unknown action {action!r}")
         if out.error == "none":
             self.last_error = "none"
-        done = len(self.satisfied) + self.answered
-        out.reward += done / n_required - before
+        done = len(satisfied) + self.answered
+        out.reward += done / n_required - before / n_required
         success = done == n_required
         if success and not self.done and (self.turn == len(self.task.turns) - 1):
             self.done = out.terminated = True
@@ -234,20 +241,26 @@ class Episode:
         self._match(name, args, result)
 
     def _match(self, name: str, args: Mapping[str, Any], result: Mapping[str, Any]) -> None:
-        c = self.c
-        for cid in c.by_tool.get(name, ()):
-            if cid in self.satisfied or c.turn_of[cid] > self.turn or args.keys() != c.keys[cid]:
+        satisfied, turn = self.satisfied, self.turn
+        for cid, call_turn, keys, facts, bound in self.c.plans.get(name, ()):
+            if cid in satisfied or call_turn > turn or args.keys() != keys:
                 continue
-            if not all(args[p] == v if type(v) is str else values_equal(args[p], v) for p, v in c.facts[cid].items()):
-                continue  # (text equals text only: values_equal on a str is ==)
             ok = True
-            for p, src, f in c.bound[cid]:
-                got = self.satisfied.get(src)
+            for p, v in facts:  # text equals text only; ints compare exactly (as values_equal)
+                a = args[p]
+                tv = type(v)
+                if not (a == v if tv is str or (tv is int and type(a) is int) else values_equal(a, v)):
+                    ok = False
+                    break
+            if not ok:
+                continue
+            for p, src, f in bound:
+                got = satisfied.get(src)
                 if got is None or not _revealed(got, f, args[p]):
                     ok = False
                     break
             if ok:
-                self.satisfied[cid] = dict(result)
+                satisfied[cid] = dict(result)
                 return
 
     def _ask(self, out: StepOutcome) -> None:
@@ -285,8 +298,16 @@ class Episode:
 
 def _revealed(result: Mapping[str, Any], field_name: str, value: Any) -> bool:
     if "results" in result and field_name not in result:
-        return any(values_equal(r.get(field_name), value) for r in result["results"])
-    return values_equal(result.get(field_name), value)
+        for r in result["results"]:
+            if _equal(r.get(field_name), value):
+                return True
+        return False
+    return _equal(result.get(field_name), value)
+
+
+def _equal(got: Any, value: Any) -> bool:
+    """``values_equal``, with its common case (a text value: plain ==) answered first."""
+    return got == value if type(value) is str else values_equal(got, value)
 
 
 def _short(value: Any, limit: int = 60) -> str:

@@ -104,7 +104,7 @@ class SlotTable:
         self.values: list[Any] = []
         self.types: list[str] = []
         self.sources: list[str] = []
-        self.index: dict[str, int] = {}  # value_key -> slot (read it; only add() writes it)
+        self.index: dict[str, int] = {}  # value_key -> slot (read it; only add() and add_new() write it)
         self._evict = 0
 
     def add(self, value: Any, vtype: str, source: str) -> int | None:
@@ -125,6 +125,18 @@ class SlotTable:
             self.values[k], self.types[k], self.sources[k] = value, vtype, source
         self.index[key] = k
         return k
+
+    def add_new(self, key: str, value: Any, vtype: str, source: str) -> int | None:
+        """:meth:`add` for a value whose key ``key`` (``value_key(value)``) has no slot yet."""
+        values = self.values
+        if len(values) < self.capacity:
+            k = len(values)
+            values.append(value)
+            self.types.append(vtype)
+            self.sources.append(source)
+            self.index[key] = k
+            return k
+        return self.add(value, vtype, source)
 
     def _victim(self) -> int | None:
         for any_type in (False, True):  # first a slot of a type not kept, then any tool value

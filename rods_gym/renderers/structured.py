@@ -42,13 +42,15 @@ class _TaskView:
     task is in use: the available-tools row, todo rows by progress, the user facts per turn
     with their value types, and the value type of each parameter name."""
 
-    __slots__ = ("c", "available", "todo", "_facts", "_param_types", "_suite")
+    __slots__ = ("c", "available", "todo", "has_answer", "last_turn", "_facts", "_param_types", "_suite")
 
     def __init__(self, c: CompiledTask, suite: "Suite") -> None:
         self.c, self._suite = c, suite
         self.available = np.zeros(len(suite.tool_names), np.int8)
         self.available[[suite.tool_index[t] for t in c.tools]] = 1
         self.todo: dict[tuple[int, tuple[str, ...]], np.ndarray] = {}  # (turn, satisfied) -> todo row
+        self.has_answer = c.task.answer is not None
+        self.last_turn = len(c.task.turns) - 1
         self._facts: dict[int, list[tuple[Any, str]]] = {}
         self._param_types: dict[str, str] = {}
 
@@ -92,6 +94,8 @@ class StructuredRenderer(Renderer):
         })
         self.action_space = gym.spaces.MultiDiscrete(np.array([3, n] + [k + 1] * self.n_params))
         self._nvec = [int(v) for v in self.action_space.nvec]
+        self._tool_index = suite.tool_index
+        self._n_dims = len(self._nvec)
         self._err_index = {e: i for i, e in enumerate(ERROR_CLASSES)}
         self.slots = SlotTable(N_SLOTS, self._keep_types)
         self._called = np.zeros(n, np.int8)
@@ -105,6 +109,7 @@ class StructuredRenderer(Renderer):
         self._params = [(t, tuple(p.name for p in suite.tools[t].params)) for t in suite.tool_names]
         self._views: OrderedDict[CompiledTask, _TaskView] = OrderedDict()  # recent tasks' views
         self._view: _TaskView | None = None
+        self._progress: dict[float, np.ndarray] = {}  # progress -> its (never returned) array
 
     # -- observations ------------------------------------------------------------------
     def _add(self, value: Any, vtype: str, source: int) -> None:
@@ -143,25 +148,31 @@ class StructuredRenderer(Renderer):
             kind = ev["kind"]
             if kind == "result":
                 name = ev["tool"]
-                idx = self.suite.tool_index[name]
+                idx = self._tool_index[name]
                 self._called[idx] = 1
                 content = ev["content"]
                 records = content["results"] if "results" in content else (content,)
                 source = idx + 2
                 source_name = self._source_names[source]
-                slots, types, type_code = self.slots, self.field_types(name), self._type_code
+                types = self._tool_field_types.get(name) or self.field_types(name)
+                slots, type_code = self.slots, self._type_code
                 values, index = slots.values, slots.index
+                slot_type, slot_from = self._slot_type, self._slot_from
                 for rec in records:
                     for f, v in rec.items():  # self._add, inlined: results carry most values
-                        k = index.get("s" + v if type(v) is str else value_key(v))
-                        if k is not None and values[k] is not v:
-                            continue  # an equal value already has a slot
-                        vtype = types.get(f) or self.field_type(name, f)
-                        if k is None:
-                            k = slots.add(v, vtype, source_name)
-                        if k is not None and values[k] is v:
-                            self._slot_type[k] = type_code.get(vtype, 0)
-                            self._slot_from[k] = source
+                        key = "s" + v if type(v) is str else value_key(v)
+                        k = index.get(key)
+                        if k is not None:
+                            if values[k] is not v:
+                                continue  # an equal value already has a slot
+                            vtype = types.get(f) or self.field_type(name, f)
+                        else:
+                            vtype = types.get(f) or self.field_type(name, f)
+                            k = slots.add_new(key, v, vtype, source_name)
+                            if k is None:
+                                continue  # every slot holds a user fact
+                        slot_type[k] = type_code.get(vtype, 0)
+                        slot_from[k] = source
                 self._log.append((name, content))  # formatted by text(): results are never mutated
             elif kind == "user":
                 param_type = self._task_view(episode).param_type
@@ -175,41 +186,59 @@ class StructuredRenderer(Renderer):
         return self._obs(episode)
 
     def _obs(self, episode: "Episode") -> dict[str, Any]:
-        view = self._task_view(episode)
-        index = self.suite.tool_index
-        key = (episode.turn, tuple(episode.satisfied))  # todo() is a function of these
-        todo = view.todo.get(key)
+        view = self._view
+        if view is None or view.c is not episode.c:
+            view = self._task_view(episode)
+        satisfied, turn, locked = episode.satisfied, episode.turn, episode.locked
+        todo = view.todo.get((turn, tuple(satisfied)))  # todo() is a function of these
         if todo is None:
-            if len(view.todo) >= 256:  # bounded (the orders a task's calls were satisfied in)
-                view.todo.clear()
-            todo = view.todo[key] = np.zeros(self.n_tools, np.int8)
-            call_tool = episode.c.call_tool
-            for cid in episode.todo():
-                todo[index[call_tool[cid]]] = 1
-        todo = todo.copy()
-        if episode.locked:
-            available = np.zeros(self.n_tools, np.int8)
-            for t in episode.available_tools():
-                available[index[t]] = 1
-        else:
-            available = view.available.copy()
-        last_turn = episode.turn == len(episode.task.turns) - 1
-        flags = ((episode.task.answer is not None and last_turn and not episode.answered) << 3
-                 | bool(episode.pending) << 2 | bool(episode.locked) << 1 | (episode.last_error == "none"))
-        return {
-            "todo": todo,
-            "available": available,
+            todo = self._todo_row(view, episode)
+        available = self._available_row(episode) if locked else view.available
+        done = len(satisfied) + episode.answered
+        p = done / view.c.n_required  # episode.progress
+        progress = self._progress.get(p)
+        if progress is None:
+            if len(self._progress) >= 1024:  # bounded (progress takes few values per task)
+                self._progress.clear()
+            progress = self._progress[p] = np.array([p], np.float32)
+        last_error = episode.last_error
+        flags = ((view.has_answer and turn == view.last_turn and not episode.answered) << 3
+                 | bool(episode.pending) << 2 | bool(locked) << 1 | (last_error == "none"))
+        return {  # copies: the env never changes an array it returned
+            "todo": todo.copy(),
+            "available": available.copy(),
             "called": self._called.copy(),
             "slot_type": self._slot_type.copy(),
             "slot_from": self._slot_from.copy(),
             "flags": self._flags[flags].copy(),
-            "progress": np.array([episode.progress], np.float32),
-            "last_error": self._err_index[episode.last_error],
+            "progress": progress.copy(),
+            "last_error": self._err_index[last_error],
         }
+
+    def _todo_row(self, view: "_TaskView", episode: "Episode") -> np.ndarray:
+        """The ``todo`` row of the episode's turn and satisfied calls, kept in the task view."""
+        if len(view.todo) >= 256:  # bounded (the orders a task's calls were satisfied in)
+            view.todo.clear()
+        todo = view.todo[(episode.turn, tuple(episode.satisfied))] = np.zeros(self.n_tools, np.int8)
+        index, call_tool = self.suite.tool_index, episode.c.call_tool
+        for cid in episode.todo():
+            todo[index[call_tool[cid]]] = 1
+        return todo
+
+    def _available_row(self, episode: "Episode") -> np.ndarray:
+        available = np.zeros(self.n_tools, np.int8)
+        for t in episode.available_tools():
+            available[self.suite.tool_index[t]] = 1
+        return available
 
     # -- actions -----------------------------------------------------------------------
     def decode(self, action: Any) -> Action:
-        a = self._as_ints(action)
+        if type(action) is np.ndarray and action.ndim == 1 and action.dtype.kind in "iu":  # the usual case
+            a = action.tolist()
+            if len(a) != self._n_dims or min(a) < 0 or any(map(operator.ge, a, self._nvec)):
+                a = None
+        else:
+            a = self._as_ints(action)
         if a is None:
             return Invalid("malformed", f"expected {len(self._nvec)} integers within {self._nvec}, "
                            f"got {str(action)[:80]}")
@@ -225,14 +254,13 @@ class StructuredRenderer(Renderer):
             return Reply(format_value(self.slots.values[k]))
         name, params = self._params[a[1]]
         values = self.slots.values
+        n_values = len(values)
         args: dict[str, Any] = {}
-        for pos, p in enumerate(params, 2):
-            k = a[pos] - 1
-            if k < 0:
-                continue
-            if k >= len(values):
-                return Invalid("invalid_arguments", f"slot {k} for {p!r} is empty")
-            args[p] = values[k]
+        for p, k in zip(params, a[2:]):  # slot k-1 per parameter position (0 = omitted)
+            if k:
+                if k > n_values:
+                    return Invalid("invalid_arguments", f"slot {k - 1} for {p!r} is empty")
+                args[p] = values[k - 1]
         return ToolCall(name, args)
 
     def _as_ints(self, action: Any) -> list[int] | None:
