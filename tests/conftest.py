@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import copy
 import json
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 
 import rods_gym
-from rods_gym import SamplerConfig, Suite, TaskSampler, TaskSpec, default_suite
+from rods_gym import SamplerConfig, Suite, TaskSampler, TaskSpec, default_suite, write_jsonl
+
+BENCHMARKS_DIR = Path(__file__).resolve().parents[1] / "benchmarks"
+#: step-record keys that are wall-clock timings: the only ones two identical runs may disagree on
+TIMING_METRICS = frozenset({"tokens_per_s", "rollout_tokens_per_s", "update_tokens_per_s", "time_gen", "time_env",
+                            "time_update", "time_step"})
 
 # A small lending-library domain, declared purely as data. Tests write it (or broken copies
 # of it) into a temporary directory: adding a domain must need no code change.
@@ -188,3 +194,42 @@ def one_torch_thread() -> Any:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@contextmanager
+def benchmarks_on_path() -> Iterator[None]:
+    """``benchmarks/`` on ``sys.path`` (its scripts import each other by module name); restored after."""
+    mp = pytest.MonkeyPatch()
+    mp.syspath_prepend(str(BENCHMARKS_DIR))
+    try:
+        yield
+    finally:
+        mp.undo()
+
+
+def easy_seed_tasks() -> list[TaskSpec]:
+    """Twelve easy sampler tasks: the seed set of the tiny training-loop tests."""
+    return TaskSampler(default_suite(), rods_gym.DIFFICULTIES["easy"], seed=5).sample_many(12)
+
+
+@pytest.fixture(scope="module")
+def task_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``easy_seed_tasks()`` as a JSONL task file (``data.train_split``)."""
+    path = tmp_path_factory.mktemp("tasks") / "seeds.jsonl"
+    write_jsonl(easy_seed_tasks(), path)
+    return path
+
+
+def warm_tiny_policy(out_dir: Path, sft_steps: int) -> Path:
+    """A small compact-view tiny Llama (64 wide, 2 layers) after ``sft_steps`` SFT steps on
+    ``easy_seed_tasks()``; saved to ``out_dir``. Short warm starts leave GRPO groups with spread."""
+    from rods_gym.trainer.config import SFTConfig, load_config
+    from rods_gym.trainer.policy import build_tiny_policy, save_policy
+    from rods_gym.trainer.sft import make_demonstrations, train_sft
+
+    cfg = load_config(None, ["policy.hidden_size=64", "policy.intermediate_size=128", "policy.num_layers=2",
+                             "policy.num_heads=2"])
+    policy = build_tiny_policy(cfg.policy, "compact")
+    demos = make_demonstrations(policy, easy_seed_tasks(), "rods/ToolChain-Compact-v0")
+    train_sft(policy, demos, SFTConfig(steps=sft_steps, batch_size=6, lr=5e-3, warmup_steps=3), seed=0)
+    return save_policy(policy, out_dir)

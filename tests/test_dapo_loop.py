@@ -16,44 +16,26 @@ import pytest
 import torch
 from accelerate import Accelerator
 
-from rods_gym import DIFFICULTIES, TaskSampler, default_suite, write_jsonl
 from rods_gym.trainer import loop as loop_module
-from rods_gym.trainer.config import SFTConfig, TrainConfig, load_config
+from rods_gym.trainer.config import TrainConfig, load_config
 from rods_gym.trainer.curricula import DynamicSampling, DynamicSamplingSource
 from rods_gym.trainer.metrics import read_jsonl
-from rods_gym.trainer.policy import build_tiny_policy, load_policy, save_policy
+from rods_gym.trainer.policy import load_policy
 from rods_gym.trainer.rollout import RolloutEngine
-from rods_gym.trainer.sft import make_demonstrations, train_sft
 from rods_gym.trainer.task_source import GroupResult
+
+from conftest import TIMING_METRICS, benchmarks_on_path, warm_tiny_policy
+from conftest import easy_seed_tasks as seed_tasks
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 N, G, STEPS = 2, 3, 3
-TIMING = {"tokens_per_s", "rollout_tokens_per_s", "update_tokens_per_s", "time_gen", "time_env", "time_update",
-          "time_step"}
-
-
-def seed_tasks():
-    return TaskSampler(default_suite(), DIFFICULTIES["easy"], seed=5).sample_many(12)
-
-
-@pytest.fixture(scope="module")
-def task_file(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("tasks") / "seeds.jsonl"
-    write_jsonl(seed_tasks(), path)
-    return path
 
 
 @pytest.fixture(scope="module")
 def warm_policy(tmp_path_factory) -> Path:
     """A tiny policy after a short SFT warm start: some groups have spread, many are silent."""
-    cfg = load_config(None, ["policy.hidden_size=64", "policy.intermediate_size=128", "policy.num_layers=2",
-                             "policy.num_heads=2"])
-    policy = build_tiny_policy(cfg.policy, "compact")
-    demos = make_demonstrations(policy, seed_tasks(), "rods/ToolChain-Compact-v0")
-    train_sft(policy, demos, SFTConfig(steps=60, batch_size=6, lr=5e-3, warmup_steps=3), seed=0)
-    return save_policy(policy, tmp_path_factory.mktemp("warm") / "policy")
+    return warm_tiny_policy(tmp_path_factory.mktemp("warm") / "policy", sft_steps=60)
 
 
 def dapo_config(task_file: Path, run_dir: Path, **extra: str) -> TrainConfig:
@@ -101,12 +83,10 @@ def recorder(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
 
 @pytest.fixture(scope="module")
 def runner_module() -> Any:
-    mp = pytest.MonkeyPatch()
-    mp.syspath_prepend(str(BENCH))
-    import _de_runner
+    with benchmarks_on_path():
+        import _de_runner
 
-    yield _de_runner
-    mp.undo()
+        yield _de_runner
 
 
 def test_refill_rounds_are_rolled_out_and_counted(task_file: Path, warm_policy: Path, tmp_path: Path,
@@ -200,7 +180,7 @@ def test_dapo_run_resumes_to_the_same_result(task_file: Path, warm_policy: Path,
     assert [r["step"] for r in resumed] == [1, 2, 3, 4]
     for a, b in zip(read_jsonl(tmp_path / "full" / "metrics.jsonl"), resumed):
         for k in a:
-            if k not in TIMING:
+            if k not in TIMING_METRICS:
                 assert a[k] == pytest.approx(b[k], abs=1e-6), k
 
 
@@ -261,7 +241,7 @@ def test_two_processes_agree_on_the_dapo_selection(task_file: Path, warm_policy:
     start = torch.cat([p.detach().flatten() for p in load_policy(warm_policy).model.parameters()])
     assert not torch.allclose(r0["weights"], start)
     for a, b in zip(r0["history"], r1["history"]):
-        assert {k: v for k, v in a.items() if k not in TIMING} == {k: v for k, v in b.items() if k not in TIMING}
+        assert {k: v for k, v in a.items() if k not in TIMING_METRICS} == {k: v for k, v in b.items() if k not in TIMING_METRICS}
     # the rollouts of both processes add up to the step batches plus the counted refills
     assert r0["extra"] == r1["extra"] > 0
     assert r0["generated"] + r1["generated"] == STEPS * N * G + r0["extra"]

@@ -16,22 +16,20 @@ from rods_gym.trainer.curricula import RODSConfig, ReplayOnlySource
 from rods_gym.trainer.task_source import FixedSeeds, GroupResult
 from rods_gym.trainer.tasks import load_tasks
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
+from conftest import BENCHMARKS_DIR, benchmarks_on_path
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
 
 
 @pytest.fixture(scope="module")
-def de(request: pytest.FixtureRequest) -> Any:
+def de() -> Any:
     """The benchmark modules, imported from benchmarks/ (sys.path restored after the module)."""
-    mp = pytest.MonkeyPatch()
-    mp.syspath_prepend(str(BENCH))
-    import _de_runner
-    import _de_stats
-    import data_efficiency
+    with benchmarks_on_path():
+        import _de_runner
+        import _de_stats
+        import data_efficiency
 
-    request.addfinalizer(mp.undo)
-    return type("DE", (), {"main": data_efficiency, "stats": _de_stats, "runner": _de_runner})
+        yield type("DE", (), {"main": data_efficiency, "stats": _de_stats, "runner": _de_runner})
 
 
 # -- statistics --------------------------------------------------------------------------------
@@ -190,7 +188,7 @@ def test_scale_files_are_valid_and_errors_name_the_problem(de, tmp_path: Path) -
 
 # -- end to end ------------------------------------------------------------------------------------
 def _tiny_scale(tmp_path: Path, arms: list[str], seeds: list[int], eval_at: list[int]) -> Path:
-    smoke = yaml.safe_load((BENCH / "configs" / "smoke.yaml").read_text())
+    smoke = yaml.safe_load((BENCHMARKS_DIR / "configs" / "smoke.yaml").read_text())
     smoke.update(arms=arms, seeds=seeds, rollout_budget=eval_at[-1], eval_at=eval_at,
                  eval_tasks={"test": 4, "ood": 3}, offline={"tasks": 12, "synth_seed": 0},
                  bootstrap={"samples": 200, "seed": 0}, scale="tiny")

@@ -13,16 +13,17 @@ import pytest
 import torch
 from accelerate import Accelerator
 
-from rods_gym import TaskSampler, DIFFICULTIES, default_suite, write_jsonl
+from rods_gym import TaskSampler, DIFFICULTIES, default_suite
 from rods_gym.trainer.checkpoint import latest_checkpoint
 from rods_gym.trainer.config import TrainConfig, load_config, parse_overrides
 from rods_gym.trainer.loop import grpo_train
 from rods_gym.trainer.metrics import read_jsonl
-from rods_gym.trainer.config import SFTConfig
-from rods_gym.trainer.policy import build_tiny_policy, load_policy, save_policy
-from rods_gym.trainer.sft import make_demonstrations, train_sft
+from rods_gym.trainer.policy import load_policy
 from rods_gym.trainer.sources import available_sources, make_source
 from rods_gym.trainer.task_source import FixedSeeds
+
+from conftest import TIMING_METRICS, warm_tiny_policy
+from conftest import easy_seed_tasks as seed_tasks
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
 
@@ -30,30 +31,12 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
 ISSUE_METRICS = ("reward_mean", "reward_std", "zero_std_frac", "success", "progress", "kl", "clip_frac", "entropy",
                  "turns", "tool_error_rate", "tokens_per_s", "rollout_tokens_per_s", "update_tokens_per_s",
                  "time_gen", "time_env", "time_update")
-TIMING = {"tokens_per_s", "rollout_tokens_per_s", "update_tokens_per_s", "time_gen", "time_env", "time_update",
-          "time_step"}
-
-
-def seed_tasks():
-    return TaskSampler(default_suite(), DIFFICULTIES["easy"], seed=5).sample_many(12)
-
-
-@pytest.fixture(scope="module")
-def task_file(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("tasks") / "seeds.jsonl"
-    write_jsonl(seed_tasks(), path)
-    return path
 
 
 @pytest.fixture(scope="module")
 def warm_policy(tmp_path_factory) -> Path:
     """A tiny policy after a short SFT warm start (partial success, so GRPO groups have spread)."""
-    cfg = load_config(None, ["policy.hidden_size=64", "policy.intermediate_size=128", "policy.num_layers=2",
-                             "policy.num_heads=2"])
-    policy = build_tiny_policy(cfg.policy, "compact")
-    demos = make_demonstrations(policy, seed_tasks(), "rods/ToolChain-Compact-v0")
-    train_sft(policy, demos, SFTConfig(steps=80, batch_size=6, lr=5e-3, warmup_steps=3), seed=0)
-    return save_policy(policy, tmp_path_factory.mktemp("warm") / "policy")
+    return warm_tiny_policy(tmp_path_factory.mktemp("warm") / "policy", sft_steps=80)
 
 
 def tiny_config(task_file: Path, run_dir: Path, **extra: str) -> TrainConfig:
@@ -199,7 +182,7 @@ def test_killed_run_resumes_to_the_same_result(task_file: Path, warm_policy: Pat
     assert [r["step"] for r in resumed] == [1, 2, 3, 4]
     for a, b in zip(full, resumed):
         for k in a:
-            if k not in TIMING:
+            if k not in TIMING_METRICS:
                 assert a[k] == pytest.approx(b[k], abs=1e-6), k
     # a different seed gives a different run (the comparison above can fail)
     other_policy, _ = _run(tiny_config(task_file, tmp_path / "other", seed="1"), warm_policy)

@@ -5,25 +5,22 @@ asserted here; these tests check that the figures are computed from real, consis
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
+from conftest import benchmarks_on_path
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
 
 
 @pytest.fixture(scope="module")
-def tt(request: pytest.FixtureRequest) -> Any:
+def tt() -> Any:
     """The benchmark module, imported from benchmarks/ (sys.path restored after the module)."""
-    mp = pytest.MonkeyPatch()
-    mp.syspath_prepend(str(BENCH))
-    import trainer_throughput
+    with benchmarks_on_path():
+        import trainer_throughput
 
-    request.addfinalizer(mp.undo)
-    return trainer_throughput
+        yield trainer_throughput
 
 
 def _step(step_s: float, gen_s: float, gen_tokens: float, update_tokens: float, completions: float = 4.0) -> dict:
