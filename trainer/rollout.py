@@ -48,16 +48,24 @@ class Trajectory:
     task: TaskSpec
     task_index: int  # position of the task in the batch given to RolloutEngine.run
     transcript: Transcript
-    ret: float = 0.0
     progress: float = 0.0
     success: bool = False
-    turns: int = 0  # agent actions taken
     errors: int = 0  # actions the environment rejected (error class != none)
     truncated: bool = False
     done: bool = False
     env_options: dict[str, Any] = field(default_factory=dict)
     rewards: list[float] = field(default_factory=list)  # the env's reward for each action, in order
     action_spans: list[tuple[int, int]] = field(default_factory=list)  # [start, end) of each action's ids
+
+    @property
+    def turns(self) -> int:
+        """Agent actions taken."""
+        return len(self.rewards)
+
+    @property
+    def ret(self) -> float:
+        """The episode's return: the sum of its actions' rewards (its final progress when no penalty is set)."""
+        return float(sum(self.rewards))
 
     @property
     def n_generated(self) -> int:
@@ -167,10 +175,8 @@ class RolloutEngine:
                 stats.gen_tokens += len(g.ids)
                 text = self.codec.action_text(g.ids)
                 obs, reward, terminated, truncated, info = env.step(text)
-                tr.ret += float(reward)
                 tr.rewards.append(float(reward))
                 tr.progress, tr.success = float(info["progress"]), bool(info["success"])
-                tr.turns += 1
                 tr.errors += info["error"] != "none"
                 if terminated or truncated:
                     tr.done, tr.truncated = True, bool(truncated and not terminated)
