@@ -25,10 +25,20 @@ def format_value(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Call:
+    """One required call. ``args`` is kept in one canonical order (sorted by parameter name),
+    whatever order it was built in: renderers, the oracle and instructions iterate it, so a
+    freshly sampled task and the same task read back from JSON (which sorts keys) must look
+    the same to an agent."""
+
     id: str
     tool: str
     args: Mapping[str, Any]
     turn: int = 0
+
+    def __post_init__(self) -> None:
+        keys = list(self.args)
+        if any(a > b for a, b in zip(keys, keys[1:])):
+            object.__setattr__(self, "args", {k: self.args[k] for k in sorted(keys)})
 
     def __hash__(self) -> int:
         return hash((self.id, self.tool))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rods_gym import TaskSpec, load_split, read_jsonl, write_jsonl
+from rods_gym import TaskSpec, default_suite, load_split, read_jsonl, write_jsonl
 from rods_gym.envs import SPLITS, taskset_path
 from rods_gym.task import Answer, Call, Dep, Turn, iter_jsonl
 
@@ -44,6 +44,27 @@ def test_roundtrip_thousands_of_sampled_tasks(task_pool, tmp_path: Path) -> None
     assert any(tt.withheld for t in tasks for tt in t.turns) and any(tt.locked for t in tasks for tt in t.turns)
     assert any(len(t.turns) == 3 for t in tasks) and any(isinstance(v, float) for t in tasks for c in t.calls
                                                           for v in c.args.values())
+
+
+def test_read_back_task_looks_the_same_to_the_agent(task_pool) -> None:
+    """JSON sorts a call's argument keys; a task read back must still render, and be solved, exactly
+    as the freshly sampled one (an earlier bug: sampled demonstrations listed arguments in schema
+    order, checked-in task sets alphabetically, so a policy trained on one misread the other)."""
+    import gymnasium as gym
+    tasks = [t for ts in task_pool.values() for t in ts][::25]
+    assert any(list(c.args) != [p.name for p in default_suite().tools[c.tool].params if p.name in c.args]
+               for t in tasks for c in t.calls)  # some schema orders are not alphabetical
+    for mode in ("compact", "chat", "structured"):
+        env = gym.make(f"rods/ToolChain-Easy-{mode.capitalize()}-v0")
+        for t in tasks:
+            for task in (t, TaskSpec.from_json(t.to_json())):
+                assert all(list(c.args) == sorted(c.args) for c in task.calls)
+            seen = []
+            for task in (t, TaskSpec.from_json(t.to_json())):
+                obs, _ = env.reset(seed=0, options={"task": task})
+                first = env.unwrapped.oracle_action()
+                seen.append((repr(obs), repr(first), repr(env.unwrapped.messages) if mode == "chat" else ""))
+            assert seen[0] == seen[1], (mode, t.id)
 
 
 @pytest.mark.parametrize("split", SPLITS)
