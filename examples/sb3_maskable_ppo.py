@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from sb3_contrib import MaskablePPO
 from sb3_contrib.common.wrappers import ActionMasker
+from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from rods_gym import SamplerConfig, TaskSampler, TaskSpec, ToolChainEnv, default_suite
@@ -73,6 +74,7 @@ def train(tasks: list[TaskSpec], timesteps: int, seed: int, n_envs: int = 4) -> 
     vec = DummyVecEnv([lambda: make_env(tasks) for _ in range(n_envs)])
     model = MaskablePPO("MultiInputPolicy", vec, n_steps=128, batch_size=128, n_epochs=4, learning_rate=1e-3,
                         gamma=0.9, ent_coef=0.01, policy_kwargs={"net_arch": [64, 64]}, seed=seed, device="cpu")
+    model.set_logger(Logger(folder=None, output_formats=[]))  # quiet, and no SB3-* folder left in the temp dir
     model.learn(timesteps)
     return model
 

@@ -14,7 +14,7 @@ import torch
 pytest.importorskip("sb3_contrib")
 from sb3_contrib import MaskablePPO  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
-from stable_baselines3.common.logger import configure  # noqa: E402
+from stable_baselines3.common.logger import Logger, configure  # noqa: E402
 
 from rods_gym import DIFFICULTIES, Suite, TaskSampler, TaskSpec, ToolChainEnv  # noqa: E402
 from rods_gym.resampler import Resampler  # noqa: E402
@@ -118,5 +118,6 @@ def test_callback_refuses_unshared_schedules(suite: Suite, one_thread: None) -> 
     env = make_vec_env(lambda: CurriculumEnv(ToolChainEnv(mode="structured", difficulty="easy", suite=suite), source),
                        n_envs=2)  # one private schedule per env: their batches would interleave
     model = MaskablePPO("MultiInputPolicy", env, n_steps=16, batch_size=16, device="cpu")
+    model.set_logger(Logger(folder=None, output_formats=[]))  # no SB3-* folder in the temp dir
     with pytest.raises(ValueError, match="share"):
         model.learn(total_timesteps=16, callback=CurriculumCallback())
