@@ -73,6 +73,8 @@ def test_config_errors_name_the_key(tmp_path: Path) -> None:
         load_config(bad)
     with pytest.raises(FileNotFoundError, match="shipped config"):
         load_config("no-such-config")
+    with pytest.raises(ValueError, match="sft.threads"):
+        load_config(None, ["sft.threads=-1"])
 
 
 # -- sources ---------------------------------------------------------------------------------
@@ -203,13 +205,29 @@ def test_cli_registers_train_sft_evaluate() -> None:
     assert parser.parse_args(["evaluate", "--splits", "dev"]).func.__name__ == "run_evaluate"
 
 
-def test_pipeline_runs_the_chat_view_end_to_end(tmp_path: Path) -> None:
-    """``rods train --config chat_tiny``: byte-level tiny Llama, chat template with tools, SFT, GRPO, eval, plot."""
+def test_pipeline_runs_the_chat_view_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``rods train --config chat_tiny``: byte-level tiny Llama, chat template with tools, SFT, GRPO, eval, plot;
+    the warm start runs on ``sft.threads`` torch threads and the run's thread count comes back after it."""
+    from rods_gym.trainer import pipeline
     from rods_gym.trainer.pipeline import run_training
 
+    sft_threads: list[int] = []
+    real_train_sft = pipeline.train_sft
+
+    def spy(*args, **kwargs):
+        sft_threads.append(torch.get_num_threads())
+        return real_train_sft(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "train_sft", spy)
+    before = torch.get_num_threads()
     cfg = load_config("chat_tiny", [f"run_dir={tmp_path / 'chat'}", "tensorboard=false", "progress_bar=false",
-                                    "eval.splits=[dev]", "eval.tasks=2", "sft.demos=4", "rollout.max_action_tokens=24"])
-    summary = run_training(cfg)
+                                    "eval.splits=[dev]", "eval.tasks=2", "sft.demos=4", "rollout.max_action_tokens=24",
+                                    "threads=1", "sft.threads=2"])
+    try:
+        summary = run_training(cfg)
+        assert sft_threads == [2] and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
     assert summary["grpo_steps"] == 2 and summary["episodes"] == 8
     assert set(summary["before"]) == set(summary["after"]) == {"dev"}
     assert (tmp_path / "chat" / "training_curve.png").stat().st_size > 1000

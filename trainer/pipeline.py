@@ -79,7 +79,13 @@ def warm_start(cfg: TrainConfig, policy: Policy, seeds: list, accelerator: Accel
         return json.loads((run_dir / "sft.json").read_text()) if (run_dir / "sft.json").exists() else {}
     t0 = time.perf_counter()
     demos = make_demonstrations(policy, demonstration_tasks(cfg, seeds, env_mode(cfg.data.env_id)), cfg.data.env_id)
-    losses = train_sft(policy, demos, cfg.sft, seed=cfg.seed, accelerator=accelerator)
+    run_threads = torch.get_num_threads()
+    if cfg.sft.threads > 0:
+        torch.set_num_threads(cfg.sft.threads)
+    try:
+        losses = train_sft(policy, demos, cfg.sft, seed=cfg.seed, accelerator=accelerator)
+    finally:
+        torch.set_num_threads(run_threads)
     record = {"data": cfg.sft.data, "demos": len(demos), "steps": cfg.sft.steps, "final_loss": losses[-1] if losses else None,
               "seconds": time.perf_counter() - t0,
               "demo_tokens": sum(len(d.transcript) for d in demos), "agent_tokens": sum(sum(d.transcript.action_mask) for d in demos)}
