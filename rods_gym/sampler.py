@@ -55,6 +55,7 @@ Step = tuple[str, str, str, str]  # a producer: (consumer's param, producer tool
 Outlet = tuple[str, str, str, str]  # a consumer: (producer's out field, value type, consumer tool, its param)
 Shared = tuple[str, str, str, str]  # (entity, field, entity, field) whose tables must share a value
 CHAIN_BUDGET = 48  # expansions the depth-first chain search may make per turn
+WORLD_EDGES_CACHE = 64  # worlds whose edges a sampler keeps
 READS = ("read", "lookup", "search")  # kinds whose outputs are fields of existing records
 SELECTS = ("lookup", "search", "aggregate")  # kinds that select records by their arguments' values
 
@@ -154,7 +155,7 @@ class _WorldEdges:
     producing search singles out one record. The structure stage keeps a step with its chance,
     so the tasks it builds are distributed as if their records were drawn at random and failed
     attempts redrawn, without those attempts. Built lazily per tool and kept (a sampler keeps
-    at most ``world_pool`` of these)."""
+    at most :data:`WORLD_EDGES_CACHE` of these)."""
 
     def __init__(self, tools: Mapping[str, ToolSpec], world: World, steps: Mapping[str, list[tuple[Step, Shared | None]]],
                  outlets: Mapping[str, list[tuple[Outlet, Shared | None]]]) -> None:
@@ -474,10 +475,13 @@ class TaskSampler:
         return self._finish(draft, order, outputs, rng, index, world_seed, want_answer, n_turns, depth)
 
     def _edges(self, world_seed: int) -> _WorldEdges:
-        edges = self._world_edges.get(world_seed)
+        """The edges of a world (kept for the last :data:`WORLD_EDGES_CACHE` worlds used)."""
+        edges = self._world_edges.pop(world_seed, None)
         if edges is None:
             edges = _WorldEdges(self.suite.tools, self.suite.world(world_seed), self._steps, self._outlets)
-            self._world_edges[world_seed] = edges
+            if len(self._world_edges) >= WORLD_EDGES_CACHE:
+                del self._world_edges[next(iter(self._world_edges))]  # the least recently used
+        self._world_edges[world_seed] = edges
         return edges
 
     # -- structure ---------------------------------------------------------------------
