@@ -128,7 +128,7 @@ def _describe(task: TaskSpec, index: _TaskIndex, cid: str, suite: "Suite", turn:
     tool = suite.tools[call.tool]
     bound = index.bound.get(cid, {})
     withheld = index.withheld.get(cid, ())
-    described: dict[str, str] = {}
+    described = _Missing()  # the phrase's placeholders, filled below
     for p, v in call.args.items():
         if p in bound:
             d = bound[p]
@@ -142,7 +142,7 @@ def _describe(task: TaskSpec, index: _TaskIndex, cid: str, suite: "Suite", turn:
             described[p] = wording.withheld.format(param=p.replace("_", " "))
         else:
             described[p] = format_value(v)
-    text = tool.phrase.format_map(_Missing(described))
+    text = tool.phrase.format_map(described)
     extras = [f"{p.replace('_', ' ')} {described[p]}" for p in call.args if "{" + p + "}" not in tool.phrase]
     if extras:
         text += wording.extra + wording.extra_joiner.join(extras)

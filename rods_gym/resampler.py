@@ -50,7 +50,7 @@ import numpy as np
 from .episode import CompiledTask, Episode, RewardConfig
 from .instructions import N_STYLES, render_turn_messages
 from .oracle import oracle_action
-from .sampler import Draft, DraftNode, Instantiator, SamplerConfig, TaskSampler
+from .sampler import Draft, DraftNode, Instantiator, SamplerConfig, TaskSampler, bit_positions
 from .signature import Signature
 from .suite import Suite, default_suite
 from .task import Answer, Call, Dep, TaskSpec, Turn, format_value
@@ -776,9 +776,9 @@ class Resampler:
         for c in calls:
             similar_bits |= self._similar[c.tool]
             free_bits &= ~self._bit.get(c.tool, 0)
-        similar = _bit_positions(similar_bits & free_bits)
+        similar = bit_positions(similar_bits & free_bits)
         if len(similar) < k:
-            similar = _bit_positions(free_bits)
+            similar = bit_positions(free_bits)
         if len(similar) < k:
             return ()
         for i in range(k):  # partial Fisher-Yates: k distinct picks
@@ -868,14 +868,6 @@ def _relax(label: str) -> str:
     skill, rest = label.split("@", 1)
     return skill.split(":")[0] + "@" + rest
 
-
-def _bit_positions(bits: int) -> list[int]:
-    out = []
-    while bits:
-        low = bits & -bits
-        out.append(low.bit_length() - 1)
-        bits ^= low
-    return out
 
 
 def _topological(n: int, edges: Sequence[tuple[int, int]]) -> list[int]:

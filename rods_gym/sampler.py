@@ -1,40 +1,63 @@
 """Task sampling from the API graph, by difficulty knobs, random-access by ``(seed, index)``.
 
-A task is drawn in two stages, each with bounded attempts:
+Task ``i`` is drawn with its own generator (a :class:`~rods_gym.world.PyRng` seeded from
+``(seed, i)``) in bounded attempts. An attempt draws the knobs (depth, user turns, extra
+calls, whether the task must be cross-domain, whether it asks for an answer) and a world
+seed, then builds the task in two stages:
 
-1. **Structure.** Per turn, a sink tool, then a dependency chain walked backwards through
-   the API graph (never reusing a value type along the chain, never reusing a tool), then
-   extra calls: producers for free parameters (branching), consumers of existing outputs
+1. **Structure**, built to have exactly the drawn depth. Per turn: a sink tool, then a
+   dependency chain walked backwards through the API graph (never reusing a value type
+   along the chain, never reusing a tool), found by a randomized depth-first search that
+   backtracks out of dead ends; the first turn's chain has the task's depth, a later turn's
+   at most that. A task that must be cross-domain gets one chain step, chosen at random,
+   whose producer lies in another domain (a depth-1 task has no dependency, so it is never
+   cross-domain). Then extra calls, each only where it keeps every dependency path within
+   the depth: producers for free parameters (branching), consumers of existing outputs
    (fan-out), or independent sinks. Later turns may consume an output of an earlier turn.
+   Every dependency is kept with its *chance* on the drawn world, the share of records
+   drawn at random that would make it work: a value feeding a call that selects records by
+   it (lookup, search, aggregate) must occur in that call's table, and a producing search
+   must single out its record. When the draw fails, the attempt fails. So tasks are
+   distributed as if their records were drawn at random and failed attempts redrawn, but
+   no attempt is wasted on instantiating a task that cannot work.
 2. **Values.** Calls are instantiated in topological order on a scratch copy of the world:
-   each picks a record consistent with the values its producers revealed, takes its free
-   arguments from that record (or draws new values for writes), and is executed, so its
-   outputs are real. A producer must reveal exactly one value (a search feeding a later
-   call must match one record).
+   each picks a record consistent with the values its producers revealed and whose values
+   its consumers (and theirs, down to the sinks) can take, takes its free arguments from
+   that record (or draws new values for writes), and is executed, so its outputs are real.
+   A producer must reveal exactly one value (a search feeding a later call must match one
+   record).
 
 Mutations never race with reads: two calls touching the same record (or a search/aggregate
 over an entity another call mutates) must be ordered by a dependency path or by turns, so
 every valid order of the agent's calls gives the same outcome.
+
+The first half of the attempts may require a cross-domain task; the second half drops that
+requirement; a bounded fallback then keeps to the fewest extra calls and user turns (and
+finally the shallowest depth) before :class:`SamplingError` is raised.
 """
 
 from __future__ import annotations
 
-import heapq
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Collection, Iterator, Mapping, Sequence
-
-import numpy as np
 
 from .domain import FieldSpec, ToolSpec
 from .executor import ToolError
 from .instructions import render_turn_messages
 from .suite import Suite
 from .task import Answer, Call, Dep, TaskSpec, Turn, format_value
-from .world import Draw, WorldState, compile_generator
+from .world import Draw, PyRng, Rng, World, WorldState, compile_generator
 
 Range = tuple[int, int]
+Step = tuple[str, str, str, str]  # a producer: (consumer's param, producer tool, its out field, value type)
+Outlet = tuple[str, str, str, str]  # a consumer: (producer's out field, value type, consumer tool, its param)
+Shared = tuple[str, str, str, str]  # (entity, field, entity, field) whose tables must share a value
+CHAIN_BUDGET = 48  # expansions the depth-first chain search may make per turn
+WORLD_EDGES_CACHE = 64  # worlds whose edges a sampler keeps
+READS = ("read", "lookup", "search")  # kinds whose outputs are fields of existing records
+SELECTS = ("lookup", "search", "aggregate")  # kinds that select records by their arguments' values
 
 
 @dataclass(frozen=True)
@@ -111,11 +134,246 @@ class Draft:
         return {n.tool for n in self.nodes}
 
 
+
+
+def _shared_value(tools: Mapping[str, ToolSpec], src: str, out: str, dst: str, param: str) -> Shared | None:
+    """``(entity, field, entity, field)`` that must share a value for output ``out`` of ``src`` to
+    feed parameter ``param`` of ``dst``, or ``None`` when the edge needs no shared value: only a
+    call that selects records by a value (lookup, search, aggregate) fed by a field of an
+    existing record (read, lookup, search) needs that record's value in its own table."""
+    s, d = tools[src], tools[dst]
+    if s.kind not in READS or d.kind not in SELECTS:
+        return None
+    return s.entity, out, d.entity, d.param(param).field
+
+
+class _WorldEdges:
+    """The sampler's API-graph edges on one world, each with the chance that a record drawn at
+    random makes it work there: the share of the producer's records whose :func:`_shared_value`
+    field value the consumer's table holds (1 for an edge that needs no shared value). Edges
+    with no chance are left out. :meth:`single` gives the other chance a step takes, that a
+    producing search singles out one record. The structure stage keeps a step with its chance,
+    so the tasks it builds are distributed as if their records were drawn at random and failed
+    attempts redrawn, without those attempts. Built lazily per tool and kept (a sampler keeps
+    at most :data:`WORLD_EDGES_CACHE` of these)."""
+
+    def __init__(self, tools: Mapping[str, ToolSpec], world: World, steps: Mapping[str, list[tuple[Step, Shared | None]]],
+                 outlets: Mapping[str, list[tuple[Outlet, Shared | None]]]) -> None:
+        self._tools, self._world = tools, world
+        self._all_steps, self._all_outlets = steps, outlets  # per tool: (edge, its _shared_value)
+        # tuples: untracked by the gc once their items are
+        self._steps: dict[str, tuple[tuple[Step, float], ...]] = {}
+        self._outlets: dict[str, tuple[tuple[Outlet, float], ...]] = {}
+        self._shared: dict[Shared, float] = {}
+        self._single: dict[str, float] = {}
+        self._chances: dict[tuple[str, str, str, str], float] = {}
+
+    def steps(self, tool: str) -> tuple[tuple[Step, float], ...]:
+        """``((param, src tool, out field, value type), chance)``: producers that can feed a
+        required parameter of ``tool`` on this world (the chance includes :meth:`single` of the
+        producer, which a step makes a producer)."""
+        out = self._steps.get(tool)
+        if out is None:
+            weighted = ((s, self._share(key) * self.single(s[1])) for s, key in self._all_steps[tool])
+            out = self._steps[tool] = tuple([(s, w) for s, w in weighted if w > 0.0])
+        return out
+
+    def outlets(self, tool: str) -> tuple[tuple[Outlet, float], ...]:
+        """``((out field, value type, consumer tool, param), chance)``: required parameters an
+        output of ``tool`` can feed on this world."""
+        out = self._outlets.get(tool)
+        if out is None:
+            weighted = ((o, self._share(key)) for o, key in self._all_outlets[tool])
+            out = self._outlets[tool] = tuple([(o, w) for o, w in weighted if w > 0.0])
+        return out
+
+    def chance(self, src: str, out: str, dst: str, param: str) -> float:
+        """The chance that output ``out`` of ``src`` can feed parameter ``param`` of ``dst``."""
+        key = (src, out, dst, param)
+        hit = self._chances.get(key)
+        if hit is None:
+            hit = self._chances[key] = self._share(_shared_value(self._tools, src, out, dst, param))
+        return hit
+
+    def single(self, tool: str) -> float:
+        """The share of records a search's filters single out (1 for other kinds)."""
+        hit = self._single.get(tool)
+        if hit is None:
+            spec = self._tools[tool]
+            hit = 1.0
+            if spec.kind == "search":
+                table = self._world.tables[spec.entity]
+                ids = self._world.singled_out(spec.entity, tuple(p.field for p in spec.params))
+                hit = 1.0 if ids is None or not table else len(ids) / len(table)
+            self._single[tool] = hit
+        return hit
+
+    def _share(self, key: Shared | None) -> float:
+        if key is None:
+            return 1.0
+        hit = self._shared.get(key)
+        if hit is None:
+            values = self._world.values(key[2], key[3])
+            table = self._world.tables[key[0]]
+            if values is None:  # an unhashable value: assume it works
+                hit = 1.0
+            elif not table:
+                hit = 0.0
+            else:
+                try:
+                    hit = sum(r.get(key[1]) in values for r in table.values()) / len(table)
+                except TypeError:
+                    hit = 1.0
+            self._shared[key] = hit
+        return hit
+
+
+class _Build:
+    """A draft under construction, with what the structure stage reads at every step: the
+    tools taken, and per node its bound parameters, the value types used on its way down to
+    its turn's sink, and the calls on the longest dependency path ending at it (``up``) and
+    starting at it (``down``). :meth:`add` and :meth:`link` keep them all up to date."""
+
+    __slots__ = ("edges", "depth", "draft", "taken", "bound", "types", "up", "down", "succ", "pred")
+
+    def __init__(self, edges: _WorldEdges, depth: int) -> None:
+        self.edges = edges
+        self.depth = depth  # the task's depth: no dependency path may be longer
+        self.draft = Draft()
+        self.taken: set[str] = set()
+        self.bound: list[set[str]] = []
+        self.types: list[tuple[str, ...]] = []
+        self.up: list[int] = []
+        self.down: list[int] = []
+        self.succ: list[list[int]] = []
+        self.pred: list[list[int]] = []
+
+    def add(self, tool: str, turn: int, types: tuple[str, ...] = ()) -> int:
+        """A new call of ``tool`` in ``turn``; returns its index."""
+        self.draft.nodes.append(DraftNode(tool, turn))
+        self.taken.add(tool)
+        self.bound.append(set())
+        self.types.append(types)
+        self.up.append(1)
+        self.down.append(1)
+        self.succ.append([])
+        self.pred.append([])
+        return len(self.draft.nodes) - 1
+
+    def link(self, src: int, dst: int, param: str, out: str) -> None:
+        """Parameter ``param`` of call ``dst`` takes output ``out`` of call ``src``."""
+        self.draft.deps.append((src, dst, param, out))
+        self.bound[dst].add(param)
+        self.succ[src].append(dst)
+        self.pred[dst].append(src)
+        if self.up[dst] <= self.up[src]:
+            _raise(self.up, self.succ, dst, self.up[src] + 1)
+        if self.down[src] <= self.down[dst]:
+            _raise(self.down, self.pred, src, self.down[dst] + 1)
+
+
+def _raise(level: list[int], nxt: list[list[int]], node: int, value: int) -> None:
+    """Raise ``level[node]`` to at least ``value`` and pass the rise on along ``nxt`` (a DAG)."""
+    stack = [(node, value)]
+    while stack:
+        n, v = stack.pop()
+        if level[n] < v:
+            level[n] = v
+            for m in nxt[n]:
+                stack.append((m, v + 1))
+
+
+def _happens(rng: PyRng, chance: float) -> bool:
+    """True with probability ``chance`` (no draw when it is certain)."""
+    return chance >= 1.0 or rng.random() < chance
+
+
+def _between(rng: PyRng, r: Range) -> int:
+    """A uniform int in the inclusive range ``r``."""
+    return r[0] + rng.below(r[1] - r[0] + 1)
+
+
+def _pick_untaken(items: Sequence[str], taken: Collection[str], rng: PyRng) -> str | None:
+    """A uniformly drawn item not in ``taken`` (a few draws first, then a scan), or ``None``."""
+    for _ in range(4 if items else 0):
+        item = items[rng.below(len(items))]
+        if item not in taken:
+            return item
+    free = [t for t in items if t not in taken]
+    return free[rng.below(len(free))] if free else None
+
+
+def _pop_random(items: list[Any], rng: PyRng) -> Any:
+    """Remove and return a uniformly drawn item (the order of the rest changes)."""
+    k = rng.below(len(items))
+    items[k], items[-1] = items[-1], items[k]
+    return items.pop()
+
+
+class _ChainSearch:
+    """A sink and the ``length`` steps of a chain upstream of it, each producer feeding the
+    call before (step ``cross_step``'s producer from another domain; -1: none): a randomized
+    depth-first search, sinks and producers tried in random order, that backtracks out of
+    dead ends and makes at most :data:`CHAIN_BUDGET` expansions. A step is kept with its
+    chance (see :class:`_WorldEdges`); when the draw fails, so does the search, as the
+    attempt would have with records drawn at random."""
+
+    __slots__ = ("edges", "domain", "rng", "length", "cross_step", "taken", "steps", "budget")
+
+    def __init__(self, edges: _WorldEdges, domain: Mapping[str, str], rng: PyRng, length: int, cross_step: int,
+                 taken: Collection[str]) -> None:
+        self.edges, self.domain, self.rng = edges, domain, rng
+        self.length, self.cross_step = length, cross_step
+        self.taken = set(taken)
+        self.steps: list[Step] = []
+        self.budget = CHAIN_BUDGET
+
+    def run(self, sinks: list[str]) -> tuple[str, list[Step]] | None:
+        """The first sink of ``sinks`` (not taken yet, in random order) a chain can feed, and its steps."""
+        while sinks and self.budget > 0:
+            sink = _pop_random(sinks, self.rng)
+            if sink in self.taken:
+                continue
+            self.taken.add(sink)
+            if self._extend(sink, ()):
+                return sink, self.steps
+            self.taken.discard(sink)
+        return None
+
+    def _extend(self, tool: str, types: tuple[str, ...]) -> bool:
+        """Complete the chain whose last call so far is ``tool`` (``types``: the value types it used)."""
+        steps = self.steps
+        if len(steps) == self.length:
+            return True
+        if self.budget == 0:
+            return False
+        self.budget -= 1
+        opts = list(self.edges.steps(tool))  # tried in random order; those that do not fit are skipped
+        domain = self.domain[tool] if len(steps) == self.cross_step else None
+        while opts:
+            step, chance = _pop_random(opts, self.rng)
+            src, vtype = step[1], step[3]
+            if src in self.taken or vtype in types or self.domain[src] == domain:
+                continue
+            if not _happens(self.rng, chance):
+                self.budget = 0
+                return False
+            self.taken.add(src)
+            steps.append(step)
+            if self._extend(src, types + (vtype,)):
+                return True
+            self.taken.discard(src)
+            steps.pop()
+        return False
+
+
 class TaskSampler:
     """Draws tasks from a suite's API graph. ``sample(i)`` is a pure function of (seed, i)."""
 
     def __init__(self, suite: Suite, config: SamplerConfig = SamplerConfig(), seed: int = 0,
                  id_prefix: str = "task") -> None:
+        if seed < 0:
+            raise ValueError(f"sampler seed must be >= 0, got {seed}")
         self.suite, self.config, self.seed, self.id_prefix = suite, config, seed, id_prefix
         allowed = set(config.tools) if config.tools is not None else set(suite.tools)
         allowed -= set(config.exclude_tools)
@@ -136,28 +394,28 @@ class TaskSampler:
                     self.consumers.setdefault(p.type, []).append((t, p.name))
         self.param_types = {t: {p.type for p in suite.tools[t].params} for t in self.allowed}
         self.answerable = [t for t in self.allowed if suite.tools[t].kind in ("read", "lookup", "aggregate")]
-        self.values = Instantiator(suite)
+        self.values = Instantiator(suite, lookahead=True)
         if not self.allowed:
             raise ValueError("no tools left to sample from")
         # lookups the structure stage reads on every attempt, derived once per sampler
         tools = suite.tools
-        # per tool: (param, required, its producers) in parameter order
-        self._param_producers = {t: [(p.name, p.required, self.producers[t].get(p.name, ())) for p in tools[t].params]
-                                 for t in self.allowed}
-        # a lookup of entity E must not be fed by a call that consumes E's id (see _producer_options)
-        self._loop_type = {t: suite.entities[tools[t].entity].id_field if tools[t].kind == "lookup" else None
-                           for t in self.allowed}
-        self._required_consumers = {vtype: [(t, p) for t, p in cs if tools[t].param(p).required]
-                                    for vtype, cs in self.consumers.items()}
+        required_consumers = {vtype: [(t, p) for t, p in cs if tools[t].param(p).required]
+                              for vtype, cs in self.consumers.items()}
+        self._steps = {t: [(s, _shared_value(tools, s[1], s[2], t, s[0])) for s in self._producer_steps(t)]
+                       for t in self.allowed}
+        self._outlets = {t: [((f, vtype, c, p), _shared_value(tools, t, f, c, p))
+                             for f, vtype in suite.ports[t] for c, p in required_consumers.get(vtype, ())]
+                         for t in self.allowed}
         self._not_aggregate = [t for t in self.allowed if tools[t].kind != "aggregate"]
         self._domain = {t: spec.domain for t, spec in tools.items()}
         self._distractor_index = DistractorIndex(suite, self.allowed)
+        self._world_edges: dict[int, _WorldEdges] = {}
 
     # -- public ------------------------------------------------------------------------
     def sample(self, index: int) -> TaskSpec:
         if index < 0:
             raise IndexError(f"task index must be >= 0, got {index}")
-        rng = np.random.default_rng([self.seed, index, 0x5EED])
+        rng = PyRng(f"{self.seed}:{index}")
         cfg = self.config
         for attempt in range(cfg.max_attempts):
             task = self._attempt(rng, index, relax=attempt >= cfg.max_attempts // 2)
@@ -182,234 +440,261 @@ class TaskSampler:
         return [self.sample(i) for i in range(start, start + n)]
 
     # -- one attempt -------------------------------------------------------------------
-    def _rint(self, rng: np.random.Generator, r: Range) -> int:
-        return int(rng.integers(r[0], r[1] + 1))
-
-    def _attempt(self, rng: np.random.Generator, index: int, relax: bool, simple: bool = False,
+    def _attempt(self, rng: PyRng, index: int, relax: bool, simple: bool = False,
                  shallow: bool = False) -> TaskSpec | None:
+        """One attempt (see the module docstring); ``None`` when it fails. ``relax``: no
+        cross-domain requirement; ``simple``: the fewest user turns and extra calls;
+        ``shallow``: the shallowest depth too."""
         cfg = self.config
         if simple:
-            depth = cfg.depth[0] if shallow else self._rint(rng, cfg.depth)
+            depth = cfg.depth[0] if shallow else _between(rng, cfg.depth)
             n_turns, extra = cfg.user_turns[0], cfg.extra_calls[0]
         else:
-            depth, n_turns, extra = self._rint(rng, cfg.depth), self._rint(rng, cfg.user_turns), self._rint(rng, cfg.extra_calls)
+            depth, n_turns, extra = _between(rng, cfg.depth), _between(rng, cfg.user_turns), _between(rng, cfg.extra_calls)
         want_cross = (not relax) and rng.random() < cfg.cross_domain
+        if want_cross and depth < 2:
+            return None  # without a dependency no task is cross-domain
         want_answer = rng.random() < cfg.answer
-        draft = Draft()
+        world_seed = cfg.world_offset + rng.below(cfg.world_pool)
+        build = _Build(self._edges(world_seed), depth)
         for turn in range(n_turns):
-            turn_depth = depth if turn == 0 else self._rint(rng, (1, depth))
-            turn_extra = extra if turn == 0 else 0
+            length = depth if turn == 0 else _between(rng, (1, depth))
             answer_turn = want_answer and turn == n_turns - 1
-            if not self._structure(draft, rng, turn, turn_depth, turn_extra, answer_turn):
+            if not self._structure(build, rng, turn, length, extra if turn == 0 else 0, answer_turn,
+                                   cross=want_cross and turn == 0):
                 return None
-            if turn > 0 and rng.random() < 0.5:
-                self._link_turns(draft, rng, turn)
-        order, got_depth = _order_and_depth(draft)
-        if order is None or got_depth != depth:
-            return None
-        domain = self._domain
-        if want_cross and not any(domain[draft.nodes[s].tool] != domain[draft.nodes[d].tool] for s, d, _, _ in draft.deps):
-            return None
-        world_seed = cfg.world_offset + int(rng.integers(0, cfg.world_pool))
+            if turn > 0 and rng.random() < 0.5 and not self._link_turns(build, rng, turn):
+                return None
+        draft = build.draft
+        assert max(build.up) == depth, (draft, depth)  # the structure stage keeps the depth
+        # turns first, then dependencies (a producer's longest path up is shorter than its consumer's)
+        order = sorted(range(len(draft.nodes)), key=lambda i: (draft.nodes[i].turn, build.up[i], i))
         outputs = self.values.instantiate(draft, order, world_seed, rng)
         if outputs is None:
             return None
         return self._finish(draft, order, outputs, rng, index, world_seed, want_answer, n_turns, depth)
 
-    # -- structure ---------------------------------------------------------------------
-    def _producer_options(self, draft: Draft, i: int, used_types: set[str]) -> list[tuple[str, str, str, str]]:
-        return self._options(draft.nodes[i].tool, draft.tools(), draft.bound(i), used_types)
+    def _edges(self, world_seed: int) -> _WorldEdges:
+        """The edges of a world (kept for the last :data:`WORLD_EDGES_CACHE` worlds used)."""
+        edges = self._world_edges.pop(world_seed, None)
+        if edges is None:
+            edges = _WorldEdges(self.suite.tools, self.suite.world(world_seed), self._steps, self._outlets)
+            if len(self._world_edges) >= WORLD_EDGES_CACHE:
+                del self._world_edges[next(iter(self._world_edges))]  # the least recently used
+        self._world_edges[world_seed] = edges
+        return edges
 
-    def _options(self, tool: str, taken: Collection[str], bound: Collection[str],
-                 used_types: set[str]) -> list[tuple[str, str, str, str]]:
-        """``(param, src tool, out field, type)`` producers that can feed a free required
-        parameter of ``tool``: a type not used along the chain, a tool not yet taken."""
+    # -- structure ---------------------------------------------------------------------
+    def _producer_steps(self, tool: str) -> list[Step]:
+        """The producers that may feed a required parameter of ``tool``, in parameter order."""
+        spec = self.suite.tools[tool]
         # a lookup of entity E fed by a call that already consumes E's id is a loop
         # ("read the traveler to get their email, then find the traveler by email")
-        loop_type = self._loop_type[tool]
-        param_types = self.param_types
-        out = []
-        for pname, required, producers in self._param_producers[tool]:
-            if not required or pname in bound:
-                continue
-            for src, f, vtype in producers:
-                if vtype not in used_types and src not in taken and loop_type not in param_types[src]:
-                    out.append((pname, src, f, vtype))
-        return out
+        loop_type = self.suite.entities[spec.entity].id_field if spec.kind == "lookup" else None
+        return [(p.name, src, f, vtype) for p in spec.params if p.required
+                for src, f, vtype in self.producers[tool].get(p.name, ()) if loop_type not in self.param_types[src]]
 
-    def _structure(self, draft: Draft, rng: np.random.Generator, turn: int, depth: int, extra: int,
-                   answer: bool) -> bool:
-        taken = draft.tools()  # kept up to date as nodes are added
-        bound: dict[int, set[str]] = {}  # node -> its bound parameters, kept up to date
-        for _, d, p, _ in draft.deps:
-            bound.setdefault(d, set()).add(p)
-        no_params: set[str] = set()
+    @staticmethod
+    def _options(edges: _WorldEdges, tool: str, taken: Collection[str], bound: Collection[str],
+                 used_types: Collection[str]) -> list[tuple[Step, float]]:
+        """The producers (with their chance) that can feed a free required parameter of
+        ``tool`` on the world: of a value type not used along the chain, a tool not yet taken."""
+        return [(s, w) for s, w in edges.steps(tool)
+                if s[1] not in taken and s[3] not in used_types and s[0] not in bound]
+
+    def _structure(self, b: _Build, rng: PyRng, turn: int, length: int, extra: int, answer: bool,
+                   cross: bool) -> bool:
+        """Add one turn to ``b``: a sink (answerable if ``answer``) fed by a chain of ``length``
+        calls in all (one step cross-domain if ``cross``), then ``extra`` extra calls where
+        they fit. False when no chain is found."""
         pool = self.answerable if answer else self.allowed
-        if taken:
-            pool = [t for t in pool if t not in taken]
-        if not pool:
+        search = _ChainSearch(b.edges, self._domain, rng, length - 1, rng.below(length - 1) if cross else -1, b.taken)
+        chain = search.run(list(pool))
+        if chain is None:
             return False
-        sink = len(draft.nodes)
-        draft.nodes.append(DraftNode(pool[int(rng.integers(0, len(pool)))], turn))
-        taken.add(draft.nodes[sink].tool)
-        dist = {sink: 0}
-        chain_types: dict[int, set[str]] = {sink: set()}
-        cur = sink
-        for _ in range(depth - 1):
-            opts = self._options(draft.nodes[cur].tool, taken, bound.get(cur, no_params), chain_types[cur])
-            if not opts:
-                return False
-            param, src, f, vtype = opts[int(rng.integers(0, len(opts)))]
-            j = len(draft.nodes)
-            draft.nodes.append(DraftNode(src, turn))
-            draft.deps.append((j, cur, param, f))
-            taken.add(src)
-            bound.setdefault(cur, set()).add(param)
-            dist[j] = dist[cur] + 1
-            chain_types[j] = chain_types[cur] | {vtype}
+        sink, steps = chain
+        first = cur = b.add(sink, turn)
+        for param, src, f, vtype in steps:
+            j = b.add(src, turn, b.types[cur] + (vtype,))
+            b.link(j, cur, param, f)
             cur = j
         for _ in range(extra):
-            mode = int(rng.integers(0, 3))
-            if mode == 0:  # another producer for a free parameter (branching)
-                cands = [i for i in dist if dist[i] < depth - 1 and len(bound.get(i, no_params)) < self.config.branching
-                         and self._options(draft.nodes[i].tool, taken, bound.get(i, no_params), chain_types[i])]
-                if not cands:
-                    continue
-                i = cands[int(rng.integers(0, len(cands)))]
-                opts = self._options(draft.nodes[i].tool, taken, bound.get(i, no_params), chain_types[i])
-                param, src, f, vtype = opts[int(rng.integers(0, len(opts)))]
-                j = len(draft.nodes)
-                draft.nodes.append(DraftNode(src, turn))
-                draft.deps.append((j, i, param, f))
-                taken.add(src)
-                bound.setdefault(i, set()).add(param)
-                dist[j] = dist[i] + 1
-                chain_types[j] = chain_types[i] | {vtype}
-            elif mode == 1:  # a second consumer of an existing output (fan-out)
-                cands = []
-                for i in dist:
-                    types_i = chain_types[i]
-                    for f, vtype in self.suite.ports[draft.nodes[i].tool]:
-                        if vtype in types_i:
-                            continue
-                        for t, p in self._required_consumers.get(vtype, ()):
-                            if t not in taken:
-                                cands.append((i, f, vtype, t, p))
-                if not cands:
-                    continue
-                i, f, vtype, t, p = cands[int(rng.integers(0, len(cands)))]
-                j = len(draft.nodes)
-                draft.nodes.append(DraftNode(t, turn))
-                draft.deps.append((i, j, p, f))
-                taken.add(t)
-                bound.setdefault(j, set()).add(p)
-                dist[j] = 0
-                chain_types[j] = chain_types[i] | {vtype}
+            mode = rng.below(3)
+            if mode == 0:
+                if not self._add_branch(b, rng, turn, first):
+                    return False
+            elif mode == 1:
+                if not self._add_fan_out(b, rng, turn, first):
+                    return False
             else:  # an independent request in the same turn
-                free = [t for t in self._not_aggregate if t not in taken]
-                if not free:
-                    continue
-                j = len(draft.nodes)
-                draft.nodes.append(DraftNode(free[int(rng.integers(0, len(free)))], turn))
-                taken.add(draft.nodes[j].tool)
-                dist[j] = 0
-                chain_types[j] = set()
+                tool = _pick_untaken(self._not_aggregate, b.taken, rng)
+                if tool is not None:
+                    b.add(tool, turn)
         return True
 
-    def _link_turns(self, draft: Draft, rng: np.random.Generator, turn: int) -> None:
-        """Let a call of ``turn`` consume an output of an earlier turn (the agent must remember it)."""
+    def _add_branch(self, b: _Build, rng: PyRng, turn: int, first: int) -> bool:
+        """Another producer for a free required parameter of a call of this turn (from node
+        ``first`` on) whose longest path down stays under the depth (branching)."""
         cands = []
-        for j, node in enumerate(draft.nodes):
+        for i in range(first, len(b.draft.nodes)):
+            if b.down[i] < b.depth and len(b.bound[i]) < self.config.branching:
+                opts = self._options(b.edges, b.draft.nodes[i].tool, b.taken, b.bound[i], b.types[i])
+                if opts:
+                    cands.append((i, opts))
+        if cands:
+            i, opts = cands[rng.below(len(cands))]
+            (param, src, f, vtype), chance = opts[rng.below(len(opts))]
+            if not _happens(rng, chance):
+                return False
+            b.link(b.add(src, turn, b.types[i] + (vtype,)), i, param, f)
+        return True
+
+    def _add_fan_out(self, b: _Build, rng: PyRng, turn: int, first: int) -> bool:
+        """A second consumer of an output of a call of this turn (from node ``first`` on)
+        whose longest path up stays under the depth (fan-out)."""
+        cands = []
+        for i in range(first, len(b.draft.nodes)):
+            if b.up[i] >= b.depth:
+                continue
+            types_i = b.types[i]
+            cands.extend((i, o, w) for o, w in b.edges.outlets(b.draft.nodes[i].tool)
+                         if o[1] not in types_i and o[2] not in b.taken)
+        if cands:
+            i, (f, vtype, t, p), chance = cands[rng.below(len(cands))]
+            if not b.succ[i]:  # the call becomes a producer
+                chance *= b.edges.single(b.draft.nodes[i].tool)
+            if not _happens(rng, chance):
+                return False
+            b.link(i, b.add(t, turn, b.types[i] + (vtype,)), p, f)
+        return True
+
+    def _link_turns(self, b: _Build, rng: PyRng, turn: int) -> bool:
+        """Let a call of ``turn`` consume an output of an earlier turn (the agent must remember
+        it), where the longest path through the new dependency stays within the depth. False
+        when the link's chance fails."""
+        nodes = b.draft.nodes
+        cands = []
+        for j, node in enumerate(nodes):
             if node.turn != turn:
                 continue
-            bound = draft.bound(j)
             for p in self.suite.tools[node.tool].params:
-                if not p.required or p.name in bound:
+                if not p.required or p.name in b.bound[j]:
                     continue
-                for i, prev in enumerate(draft.nodes):
-                    if prev.turn < turn:
+                for i, prev in enumerate(nodes):
+                    if prev.turn < turn and b.up[i] + b.down[j] <= b.depth:
                         for f, vtype in self.suite.ports[prev.tool]:
-                            if vtype == p.type:
+                            if vtype == p.type and b.edges.chance(prev.tool, f, node.tool, p.name) > 0.0:
                                 cands.append((i, j, p.name, f))
         if cands:
-            draft.deps.append(cands[int(rng.integers(0, len(cands)))])
+            i, j, param, f = cands[rng.below(len(cands))]
+            chance = b.edges.chance(nodes[i].tool, f, nodes[j].tool, param)
+            if not b.succ[i]:  # the call becomes a producer
+                chance *= b.edges.single(nodes[i].tool)
+            if not _happens(rng, chance):
+                return False
+            b.link(i, j, param, f)
+        return True
 
     # -- finishing ---------------------------------------------------------------------
     def _finish(self, draft: Draft, order: list[int], outputs: Mapping[int, Mapping[str, Any]],
-                rng: np.random.Generator, index: int, world_seed: int, want_answer: bool, n_turns: int,
+                rng: PyRng, index: int, world_seed: int, want_answer: bool, n_turns: int,
                 depth: int) -> TaskSpec | None:
+        """The task of an instantiated draft: call ids in ``order``, the answer, withheld
+        facts, locked tools, distractors and the user's messages; ``None`` without an answer
+        when one is wanted."""
         cfg = self.config
-        ids = {i: f"c{k}" for k, i in enumerate(order)}
-        calls = tuple(Call(ids[i], draft.nodes[i].tool, dict(draft.nodes[i].args), draft.nodes[i].turn) for i in order)
-        deps = tuple(sorted((Dep(ids[s], ids[d], p, f) for s, d, p, f in draft.deps), key=lambda d: (d.dst, d.param)))
+        nodes = draft.nodes
+        ids = [""] * len(nodes)
+        for k, i in enumerate(order):
+            ids[i] = f"c{k}"
+        calls = tuple([Call(ids[i], nodes[i].tool, nodes[i].args, nodes[i].turn) for i in order])
+        deps = tuple(sorted([Dep(ids[s], ids[d], p, f) for s, d, p, f in draft.deps], key=lambda d: (d.dst, d.param)))
         answer = None
         if want_answer:
             producers = {s for s, _, _, _ in draft.deps}
-            sinks = [i for i in order if draft.nodes[i].turn == n_turns - 1
-                     and self.suite.tools[draft.nodes[i].tool].kind in ("read", "lookup", "aggregate")
-                     and i not in producers]
-            options = [(i, f) for i in sinks for f in self.values.answer_fields(draft, i, outputs)]
+            stated = self.values.stated(draft)
+            options = [(i, f) for i in order if nodes[i].turn == n_turns - 1 and i not in producers
+                       and self.suite.tools[nodes[i].tool].kind in ("read", "lookup", "aggregate")
+                       for f in self.values.answer_fields(draft, i, outputs, stated)]
             if not options:
                 return None
-            i, f = options[int(rng.integers(0, len(options)))]
+            i, f = options[rng.below(len(options))]
             answer = Answer(ids[i], f, format_value(outputs[i][f]))
         # withheld facts and locked tools
-        probe = TaskSpec("probe", world_seed, calls, deps, tuple(Turn("") for _ in range(n_turns)))
         withheld: dict[int, tuple[tuple[str, str], ...]] = {}
         locked: dict[int, tuple[str, ...]] = {}
         if rng.random() < cfg.missing_param:
+            probe = TaskSpec("probe", world_seed, calls, deps, ())
             facts = probe.facts()
             if facts:
-                cid, p, _ = facts[int(rng.integers(0, len(facts)))]
+                cid, p, _ = facts[rng.below(len(facts))]
                 withheld[probe.call(cid).turn] = ((cid, p),)
         if rng.random() < cfg.missing_tool:
-            c = calls[int(rng.integers(0, len(calls)))]
+            c = calls[rng.below(len(calls))]
             locked[c.turn] = (c.tool,)
-        n_distract = self._rint(rng, cfg.distractors)
-        distractors = self._distractors(calls, n_distract, rng)
+        distractors = self._distractors(calls, _between(rng, cfg.distractors), rng)
         knobs = {"depth": depth, "calls": len(calls), "turns": n_turns,
                  "cross_domain": len({self._domain[c.tool] for c in calls}) > 1}
-        turns = tuple(Turn("", locked.get(t, ()), withheld.get(t, ())) for t in range(n_turns))
+        turns = tuple([Turn("", locked.get(t, ()), withheld.get(t, ())) for t in range(n_turns)])
         task_id = f"{self.id_prefix}-{self.seed}-{index}"
         meta = {"source": "sampler", "seed": self.seed, "index": index, "knobs": knobs}
         task = TaskSpec(task_id, world_seed, calls, deps, turns, distractors, answer, meta)
         messages = render_turn_messages(task, self.suite)
-        turns = tuple(Turn(m, t.locked, t.withheld) for t, m in zip(turns, messages))
+        turns = tuple([Turn(m, t.locked, t.withheld) for t, m in zip(turns, messages)])
         return TaskSpec(task_id, world_seed, calls, deps, turns, distractors, answer, meta)
 
-    def _distractors(self, calls: Sequence[Call], k: int, rng: np.random.Generator) -> tuple[str, ...]:
+    def _distractors(self, calls: Sequence[Call], k: int, rng: PyRng) -> tuple[str, ...]:
         return pick_distractors(self.suite, self.allowed, calls, k, rng, self._distractor_index)
 
 
 class DistractorIndex:
-    """The ``allowed`` tools grouped by domain and by kind (as positions in ``allowed``), for
-    :func:`pick_distractors`."""
+    """The ``allowed`` tools as bit masks over their positions in ``allowed``: per domain, per
+    kind and per tool, for :func:`pick_distractors`."""
 
     def __init__(self, suite: Suite, allowed: Sequence[str]) -> None:
         self.allowed = allowed  # the sequence it was built from (identity is checked)
-        self.positions: dict[str, list[int]] = {}
-        self.by_domain: dict[str, set[int]] = {}
-        self.by_kind: dict[str, set[int]] = {}
+        self.by_domain: dict[str, int] = {}
+        self.by_kind: dict[str, int] = {}
+        self.by_tool: dict[str, int] = {}
         for i, t in enumerate(allowed):
-            self.positions.setdefault(t, []).append(i)
-            self.by_domain.setdefault(suite.tools[t].domain, set()).add(i)
-            self.by_kind.setdefault(suite.tools[t].kind, set()).add(i)
+            spec = suite.tools[t]
+            self.by_domain[spec.domain] = self.by_domain.get(spec.domain, 0) | 1 << i
+            self.by_kind[spec.kind] = self.by_kind.get(spec.kind, 0) | 1 << i
+            self.by_tool[t] = self.by_tool.get(t, 0) | 1 << i
+
+    def near(self, suite: Suite, used: Collection[str]) -> int:
+        """The mask of the allowed tools not in ``used`` that share a domain or a kind with one of them."""
+        mask = own = 0
+        for t in used:
+            spec = suite.tools[t]
+            mask |= self.by_domain.get(spec.domain, 0) | self.by_kind.get(spec.kind, 0)
+            own |= self.by_tool.get(t, 0)
+        return mask & ~own
+
+    def unused(self, used: Collection[str]) -> int:
+        """The mask of the allowed tools not in ``used``."""
+        own = 0
+        for t in used:
+            own |= self.by_tool.get(t, 0)
+        return ((1 << len(self.allowed)) - 1) & ~own
 
     def similar(self, suite: Suite, used: set[str]) -> list[str]:
         """Allowed tools not in ``used`` sharing a domain or a kind with one of them, in ``allowed`` order."""
-        near: set[int] = set()
-        for t in used:
-            spec = suite.tools[t]
-            near |= self.by_domain.get(spec.domain, set())
-            near |= self.by_kind.get(spec.kind, set())
-        for t in used:
-            near.difference_update(self.positions.get(t, ()))
-        allowed = self.allowed
-        return [allowed[i] for i in sorted(near)]
+        return [self.allowed[i] for i in bit_positions(self.near(suite, used))]
+
+
+def bit_positions(mask: int) -> list[int]:
+    """The positions of the set bits of ``mask``, lowest first."""
+    out = []
+    while mask:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
+    return out
 
 
 def pick_distractors(suite: Suite, allowed: Sequence[str], calls: Sequence[Call], k: int,
-                     rng: np.random.Generator, index: DistractorIndex | None = None) -> tuple[str, ...]:
+                     rng: PyRng, index: DistractorIndex | None = None) -> tuple[str, ...]:
     """``k`` tools the task does not need, preferring its domains and kinds (sorted ``allowed`` order).
     ``index``: a :class:`DistractorIndex` of ``allowed`` (built here when not given)."""
     if k <= 0:
@@ -417,12 +702,24 @@ def pick_distractors(suite: Suite, allowed: Sequence[str], calls: Sequence[Call]
     used = {c.tool for c in calls}
     if index is None or index.allowed is not allowed:
         index = DistractorIndex(suite, allowed)
-    similar = index.similar(suite, used)
-    if len(similar) < k:
-        similar = [t for t in allowed if t not in used]
-    k = min(k, len(similar))
-    picks = rng.choice(len(similar), size=k, replace=False)
-    return tuple(similar[int(j)] for j in sorted(picks))
+    pool = index.near(suite, used)
+    if pool.bit_count() < k:
+        pool = index.unused(used)
+    k = min(k, pool.bit_count())
+    picks: set[int] = set()
+    for _ in range(16 * k):  # uniform draws over ``allowed``, kept when in the pool: each pick is uniform
+        if len(picks) == k:
+            break
+        i = rng.below(len(allowed))
+        if pool >> i & 1:
+            picks.add(i)
+    if len(picks) < k:  # rarely: the rest drawn from the pool's remaining positions
+        rest = bit_positions(pool & ~sum(1 << i for i in picks))
+        for j in range(k - len(picks)):
+            r = j + rng.below(len(rest) - j)
+            rest[j], rest[r] = rest[r], rest[j]
+        picks.update(rest[: k - len(picks)])
+    return tuple(allowed[i] for i in sorted(picks))
 
 
 class Instantiator:
@@ -435,10 +732,12 @@ class Instantiator:
 
     def __init__(self, suite: Suite, lookahead: bool = False) -> None:
         """``lookahead``: a call that feeds later ones picks only among records that can work:
-        a producing search only records its filters single out, and a record whose field
-        feeds a later lookup/search/aggregate only when that value occurs in the consumer's
-        entity. The sampler leaves this off (it retries with another structure instead); the
-        resampler, which must keep a given structure, turns it on."""
+        a producing search only records its filters single out, and a record only when every
+        value it feeds a later call is one that call can take (:meth:`_acceptance`, worked out
+        backwards from the sinks: a value a lookup/search/aggregate finds in its table, the id
+        of a record that passes a precondition, a value a later producer's usable records
+        hold). The sampler and the resampler both turn it on (without it a draft fails more
+        often). ``rng`` in the methods below: a numpy ``Generator`` or a :class:`PyRng`."""
         self.suite = suite
         self.lookahead = lookahead
         self._field_of: dict[str, dict[str, str]] = {}  # tool -> param -> entity field
@@ -451,7 +750,9 @@ class Instantiator:
     def _matching(self, state: WorldState, entity: str, filters: list[tuple[str, Any]]) -> list[dict[str, Any]]:
         """Records of ``entity`` whose fields equal ``filters``, in table order (a scan, or an
         index lookup on an untouched table: the same records either way)."""
-        index = self._table_index(state, entity, filters[0][0]) if filters else None
+        if not filters:
+            return state.record_list(entity)
+        index = self._table_index(state, entity, filters[0][0])
         if index is None:
             return [r for r in state.records(entity) if _all_equal(r, filters)]
         first = filters[0][1]
@@ -479,12 +780,8 @@ class Instantiator:
             draw = self._draws[(entity, fspec.name)] = compile_generator(fspec)
         return draw
 
-    def _values(self, state: WorldState, entity: str, field_name: str) -> Collection[Any]:
-        index = self._table_index(state, entity, field_name)
-        return index.keys() if index is not None else {r.get(field_name) for r in state.records(entity)}
-
     def instantiate(self, draft: Draft, order: Sequence[int], world_seed: int,
-                    rng: np.random.Generator) -> dict[int, dict[str, Any]] | None:
+                    rng: Rng) -> dict[int, dict[str, Any]] | None:
         """Fill ``draft.nodes[i].args`` for every node; return each call's outputs, or ``None``
         when the draft cannot be instantiated on this world (a record is missing, a producer
         does not reveal exactly one value, calls would race, or two calls coincide)."""
@@ -495,8 +792,9 @@ class Instantiator:
         for s, d, p, f in draft.deps:  # as draft.bound(d), for every node at once
             bound.setdefault(d, {})[p] = (s, f)
         producers = {s for s, _, _, _ in draft.deps}
+        accept = self._acceptance(draft, order, state) if self.lookahead else {}
         for i in order:
-            if not self.call(draft, i, state, rng, outputs, touched, bound[i], i in producers):
+            if not self.call(draft, i, state, rng, outputs, touched, bound[i], i in producers, accept):
                 return None
         if not self.order_independent(draft, touched):
             return None
@@ -507,17 +805,27 @@ class Instantiator:
                 return None
         return outputs
 
-    def answer_fields(self, draft: Draft, i: int, outputs: Mapping[int, Mapping[str, Any]]) -> list[str]:
-        """Output fields of call ``i`` that can be an answer: declared, and not a value the user states."""
-        stated = {format_value(v) for n in draft.nodes for v in n.args.values()}
-        declared = dict(self.suite.tools[draft.nodes[i].tool].outputs)
-        return [f for f, v in outputs[i].items() if format_value(v) not in stated and f in declared]
+    @staticmethod
+    def stated(draft: Draft) -> set[str]:
+        """The draft's argument values as the user would state them (see :meth:`answer_fields`)."""
+        return {format_value(v) for n in draft.nodes for v in n.args.values()}
 
-    def call(self, draft: Draft, i: int, state: WorldState, rng: np.random.Generator,
+    def answer_fields(self, draft: Draft, i: int, outputs: Mapping[int, Mapping[str, Any]],
+                      stated: Collection[str] | None = None) -> list[str]:
+        """Output fields of call ``i`` that can be an answer: declared, and not a value the user
+        states (``stated``: :meth:`stated` of the draft, when the caller has it)."""
+        if stated is None:
+            stated = self.stated(draft)
+        declared = dict(self.suite.tools[draft.nodes[i].tool].outputs)
+        return [f for f, v in outputs[i].items() if f in declared and format_value(v) not in stated]
+
+    def call(self, draft: Draft, i: int, state: WorldState, rng: Rng,
              outputs: dict[int, dict[str, Any]], touched: dict[int, set[tuple[str, str]]],
-             bound: Mapping[str, tuple[int, str]] | None = None, is_producer: bool | None = None) -> bool:
+             bound: Mapping[str, tuple[int, str]] | None = None, is_producer: bool | None = None,
+             accept: Mapping[tuple[int, str], Collection[Any]] | None = None) -> bool:
         """Instantiate and run call ``i`` (``bound``/``is_producer``: ``draft.bound(i)`` and
-        whether ``i`` feeds another call, when the caller has them)."""
+        whether ``i`` feeds another call, when the caller has them; ``accept``: what each
+        consumer can take, see :meth:`_acceptance`)."""
         node = draft.nodes[i]
         tool = self.suite.tools[node.tool]
         ent = self.suite.entities[tool.entity]
@@ -535,9 +843,8 @@ class Instantiator:
                 return False
         else:
             field_of = self._fields(tool)
-            selectors = {p: v for p, v in args.items()
-                         if kind not in ("update", "delete") or field_of[p] == ent.id_field}
-            filters = [(field_of[p], v) for p, v in selectors.items()]
+            writes = kind in ("update", "delete")  # only their id selects the record
+            filters = [(field_of[p], v) for p, v in args.items() if not writes or field_of[p] == ent.id_field]
             by_id = [v for f, v in filters if f == ent.id_field]
             if by_id:  # ids are unique: one lookup instead of a scan (same candidates)
                 rec = state.get(ent.name, by_id[0])
@@ -545,7 +852,7 @@ class Instantiator:
             else:
                 cands = self._matching(state, ent.name, filters)
             if self.lookahead and is_producer and cands:
-                cands = self._promising(draft, i, tool, cands, state)
+                cands = self._promising(draft, i, tool, cands, state, accept or {})
             if tool.precondition:
                 cands = [r for r in cands if all(r.get(f) in ok for f, ok in tool.precondition.items())]
             if not cands:
@@ -580,31 +887,77 @@ class Instantiator:
         touched[i] = self._touched(tool, args, result)
         return True
 
-    def _promising(self, draft: Draft, i: int, tool: ToolSpec, cands: list[dict[str, Any]],
-                   state: WorldState) -> list[dict[str, Any]]:
-        """The candidate records of producer ``i`` whose outputs its consumers can use."""
+    def _promising(self, draft: Draft, i: int, tool: ToolSpec, cands: list[dict[str, Any]], state: WorldState,
+                   accept: Mapping[tuple[int, str], Collection[Any]]) -> list[dict[str, Any]]:
+        """The candidate records of producer ``i`` whose outputs its consumers can take
+        (``accept``: see :meth:`_acceptance`)."""
+        id_field = self.suite.entities[tool.entity].id_field
         if tool.kind == "search":  # a producing search must single out one record
-            names = [p.field for p in tool.params]
-            shared = Counter(tuple(r.get(f) for f in names) for r in cands)
-            cands = [r for r in cands if shared[tuple(r.get(f) for f in names)] == 1]
-        for s, d, param, f in draft.deps:
-            if s != i or not cands or f not in cands[0]:
-                continue
-            dst = self.suite.tools[draft.nodes[d].tool]
-            if dst.kind not in ("lookup", "search", "aggregate"):
-                continue
-            want = dst.param(param).field
-            present = self._values(state, dst.entity, want)
-            cands = [r for r in cands if r.get(f) in present]
+            names = tuple(self._fields(tool).values())
+            # the records equal to a candidate on every filter field are candidates too
+            single = state.base_singled_out(tool.entity, names)
+            if single is not None:
+                cands = [r for r in cands if r[id_field] in single]
+            else:
+                shared = Counter(tuple(r.get(f) for f in names) for r in cands)
+                cands = [r for r in cands if shared[tuple(r.get(f) for f in names)] == 1]
+        for s, d, param, f in draft.deps:  # a read record's fields are its outputs, a write's id is
+            values = accept.get((d, param)) if s == i and (tool.kind in READS or f == id_field) else None
+            if values is not None:
+                cands = [r for r in cands if r.get(f) in values]
         return cands
 
+    def _acceptance(self, draft: Draft, order: Sequence[int], state: WorldState) -> dict[tuple[int, str], Collection[Any]]:
+        """Per dependency ``(consumer, param)``: the values the consumer can take, worked out
+        backwards from the sinks on the world before the first call. A consumer that selects
+        records by the value (lookup, search, aggregate) or takes a record's id (read, update,
+        delete) can take what its usable records hold there: records that pass its
+        precondition and, when it reads records for later calls, whose fields its own
+        consumers can take (a producing search: records its filters single out). A
+        dependency left out takes any value (the consumer writes it, any id of a table without
+        a precondition works, or a value is unhashable)."""
+        feeds: dict[int, list[tuple[int, str, str]]] = {}
+        takes: dict[int, list[str]] = {}
+        for s, d, p, f in draft.deps:
+            feeds.setdefault(s, []).append((d, p, f))
+            takes.setdefault(d, []).append(p)
+        accept: dict[tuple[int, str], Collection[Any]] = {}
+        for d in reversed(order):
+            tool = self.suite.tools[draft.nodes[d].tool]
+            if d not in takes or tool.kind in ("create", "transact"):
+                continue
+            # whether its consumers leave some of the records it reads unusable
+            reads = tool.kind in READS and d in feeds and (
+                tool.kind == "search" or any((c, p) in accept for c, p, _ in feeds[d]))
+            if not (reads or tool.precondition or tool.kind in SELECTS):
+                continue  # any id of its table works
+            field_of = self._fields(tool)
+            id_field = self.suite.entities[tool.entity].id_field
+            params = [p for p in takes[d] if tool.kind in SELECTS or field_of[p] == id_field]
+            if not (reads or tool.precondition):  # every record can be used: the table's values
+                for p in params:
+                    values = state.world.values(tool.entity, field_of[p])
+                    if values is not None:
+                        accept[(d, p)] = values
+                continue
+            recs = state.record_list(tool.entity)
+            if tool.precondition:
+                recs = [r for r in recs if all(r.get(f) in ok for f, ok in tool.precondition.items())]
+            if reads:
+                recs = self._promising(draft, d, tool, recs, state, accept)
+            for p in params:
+                try:
+                    accept[(d, p)] = {r.get(field_of[p]) for r in recs}
+                except TypeError:  # an unhashable value: leave the dependency unchecked
+                    pass
+        return accept
+
     def _new_value(self, tool: ToolSpec, pname: str, rec: Mapping[str, Any], state: WorldState,
-                   rng: np.random.Generator) -> Any:
+                   rng: Rng) -> Any:
         p = tool.param(pname)
         target = self.suite.id_entity.get(p.type)
         if target is not None:  # the state does not change while drawing
-            id_field = self.suite.entities[target].id_field
-            ids = [r[id_field] for r in state.records(target)]
+            ids = state.ids(target)
         else:
             draw = self._draw(tool.entity, self.suite.entities[tool.entity].field(p.field))
         for _ in range(8):
@@ -616,25 +969,24 @@ class Instantiator:
                 return value
         return None
 
-    def _fill_create(self, tool: ToolSpec, args: dict[str, Any], state: WorldState, rng: np.random.Generator) -> bool:
+    def _fill_create(self, tool: ToolSpec, args: dict[str, Any], state: WorldState, rng: Rng) -> bool:
         ent = self.suite.entities[tool.entity]
         for p in tool.params:
             if p.name in args or not (p.required or rng.random() < 0.3):
                 continue
             target = self.suite.id_entity.get(p.type)
             if target is not None:
-                ids = [r[self.suite.entities[target].id_field] for r in state.records(target)]
+                ids = state.ids(target)
                 if not ids:
                     return False
                 args[p.name] = ids[int(rng.integers(0, len(ids)))]
             else:
                 fspec = ent.field(p.field)
-                tables = {fspec.ref: [r[self.suite.entities[fspec.ref].id_field] for r in state.records(fspec.ref)]} \
-                    if fspec.ref else {}
+                tables = {fspec.ref: state.ids(fspec.ref)} if fspec.ref else {}
                 args[p.name] = self._draw(ent.name, fspec)(rng, self.suite.pools, 0, tables)
         return True
 
-    def _fill_transact(self, tool: ToolSpec, args: dict[str, Any], state: WorldState, rng: np.random.Generator) -> bool:
+    def _fill_transact(self, tool: ToolSpec, args: dict[str, Any], state: WorldState, rng: Rng) -> bool:
         assert tool.transfer is not None and tool.transfer_field is not None
         src_p, dst_p, amt_p = tool.transfer
         ent = self.suite.entities[tool.entity]
@@ -726,71 +1078,3 @@ def _conflict(a: set[tuple[str, str]], b: set[tuple[str, str]]) -> bool:
             if ent == ent2 and (rid == rid2 or rid == "*" or rid2 == "*"):
                 return True
     return False
-
-
-def _topo_order(draft: Draft) -> list[int] | None:
-    """Turns first, then dependencies, then creation order (Kahn's algorithm with a heap on
-    ``(turn, index)``); ``None`` if the dependencies have a cycle."""
-    n = len(draft.nodes)
-    succ: list[list[int]] = [[] for _ in range(n)]
-    indegree = [0] * n
-    for s, d in {(s, d) for s, d, _, _ in draft.deps}:
-        succ[s].append(d)
-        indegree[d] += 1
-    heap = [(draft.nodes[i].turn, i) for i in range(n) if indegree[i] == 0]
-    heapq.heapify(heap)
-    order: list[int] = []
-    while heap:
-        _, i = heapq.heappop(heap)
-        order.append(i)
-        for j in succ[i]:
-            indegree[j] -= 1
-            if indegree[j] == 0:
-                heapq.heappush(heap, (draft.nodes[j].turn, j))
-    return order if len(order) == n else None
-
-
-def _order_and_depth(draft: Draft) -> tuple[list[int] | None, int]:
-    """:func:`_topo_order` and :func:`_depth` in one pass: ``(None, -1)`` for a cycle."""
-    nodes = draft.nodes
-    n = len(nodes)
-    if not draft.deps and all(nodes[i].turn <= nodes[i + 1].turn for i in range(n - 1)):
-        return list(range(n)), (1 if n else 0)  # no dependencies, turns in creation order
-    succ: list[list[int]] = [[] for _ in range(n)]
-    preds: list[list[int]] = [[] for _ in range(n)]
-    indegree = [0] * n
-    for s, d in {(s, d) for s, d, _, _ in draft.deps}:
-        succ[s].append(d)
-        indegree[d] += 1
-    for s, d, _, _ in draft.deps:
-        preds[d].append(s)
-    heap = [(nodes[i].turn, i) for i in range(n) if indegree[i] == 0]
-    heapq.heapify(heap)
-    order: list[int] = []
-    level = [0] * n
-    while heap:
-        _, i = heapq.heappop(heap)
-        order.append(i)
-        level[i] = 1 + max((level[p] for p in preds[i]), default=0)
-        for j in succ[i]:
-            indegree[j] -= 1
-            if indegree[j] == 0:
-                heapq.heappush(heap, (nodes[j].turn, j))
-    if len(order) != n:
-        return None, -1
-    return order, max(level, default=0)
-
-
-def _depth(draft: Draft, order: Sequence[int] | None = None) -> int:
-    """Calls on the longest dependency path (-1 for a cycle); ``order``: a topological order, if known."""
-    level: dict[int, int] = {}
-    preds: dict[int, list[int]] = {}
-    for s, d, _, _ in draft.deps:
-        preds.setdefault(d, []).append(s)
-    if order is None:
-        order = _topo_order(draft)
-    if order is None:
-        return -1
-    for i in order:
-        level[i] = 1 + max((level[p] for p in preds.get(i, ())), default=0)
-    return max(level.values(), default=0)

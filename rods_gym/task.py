@@ -11,6 +11,7 @@ Tasks serialize to JSON lines and round-trip exactly (``TaskSpec.from_dict(t.to_
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
@@ -20,6 +21,9 @@ TURN_TYPES = ("plain", "missing_param", "missing_tool", "answer")
 
 def format_value(value: Any) -> str:
     """How a value is written in an answer (the same as in a tool's JSON output)."""
+    kind = type(value)
+    if kind is int or (kind is float and math.isfinite(value)):
+        return repr(value)  # what json.dumps writes, without its encoder's overhead
     return value if isinstance(value, str) else json.dumps(value)
 
 
@@ -37,8 +41,9 @@ class Call:
 
     def __post_init__(self) -> None:
         keys = list(self.args)
-        if any(a > b for a, b in zip(keys, keys[1:])):
-            object.__setattr__(self, "args", {k: self.args[k] for k in sorted(keys)})
+        ordered = sorted(keys)
+        if keys != ordered:
+            object.__setattr__(self, "args", {k: self.args[k] for k in ordered})
 
     def __hash__(self) -> int:
         return hash((self.id, self.tool))

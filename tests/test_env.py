@@ -264,3 +264,25 @@ def test_custom_sampler_config_and_suite(library_suite) -> None:
         assert set(env.task.tools) <= set(LIBRARY_TOOLS)
         ret, info, term, _ = run_oracle(env)
         assert term and ret == pytest.approx(1.0)
+
+
+def test_slot_table_keeps_stated_facts_and_a_results_own_values() -> None:
+    """A full slot table evicts the oldest tool value, but never a value the user stated (even
+    one a tool returned first) and, while older ones remain, no value of the current result."""
+    from rods_gym.renderers import SlotTable
+
+    table = SlotTable(4)
+    table.add("A", "text", "tool")
+    table.add("A", "text", "user")  # stated after a tool returned it: it keeps its slot now
+    for v in "BCD":
+        table.add(v, "text", "tool")
+    table.new_batch()
+    table.add("D", "text", "tool")  # already there, and part of this result
+    table.add("E", "text", "tool")
+    table.add("F", "text", "tool")
+    assert set(table.values) == {"A", "D", "E", "F"}  # B and C, the older values, made room
+    table.new_batch()
+    for v in "GHIJ":  # a result larger than the table: its own first value goes last
+        table.add(v, "text", "tool")
+    assert table.values[0] == "A" and set(table.values) == {"A", "H", "I", "J"}
+    assert all(table.find(v) == k for k, v in enumerate(table.values))

@@ -1,12 +1,19 @@
-"""The task sampler: random access by (seed, index), difficulty knobs respected, and every
-sampled task solved by the oracle in all three views."""
+"""The task sampler: random access by (seed, index), difficulty knobs respected, a structure
+stage that builds exactly the drawn depth and wastes no instantiation, a lookahead that
+picks records their consumers can take, and every sampled task solved by the oracle in all
+three views."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
 import pytest
 
 from rods_gym import DIFFICULTIES, SamplerConfig, Suite, TaskSampler, ToolChainEnv, compute_signature
-from rods_gym.task import TaskSpec, format_value
+from rods_gym.sampler import Draft, DraftNode, Instantiator, pick_distractors
+from rods_gym.task import Call, TaskSpec, format_value
+from rods_gym.world import PyRng
 
 from conftest import run_oracle
 
@@ -88,6 +95,76 @@ def test_distractor_count(suite: Suite, k: int) -> None:
         assert len(set(t.distractors)) == k
         assert not set(t.distractors) & {c.tool for c in t.calls}
         assert set(t.distractors) <= set(suite.tools)
+
+
+@pytest.mark.parametrize("cfg", [
+    DIFFICULTIES["medium"], DIFFICULTIES["hard"],
+    SamplerConfig(depth=(2, 5), extra_calls=(0, 3), user_turns=(2, 3), cross_domain=0.5),
+])
+def test_every_task_has_exactly_the_drawn_depth(suite: Suite, cfg: SamplerConfig) -> None:
+    """The structure stage builds the drawn depth: extra calls and links between turns never
+    lengthen a dependency path, and the first turn's chain always reaches it."""
+    tasks = TaskSampler(suite, cfg, seed=17).sample_many(60)
+    depths = [compute_signature(t, suite).depth for t in tasks]
+    assert depths == [t.meta["knobs"]["depth"] for t in tasks]
+    assert set(depths) == set(range(cfg.depth[0], cfg.depth[1] + 1))
+    if cfg.user_turns[0] > 1:  # links from earlier turns are among what was checked
+        assert any(t.call(d.src).turn < t.call(d.dst).turn for t in tasks for d in t.deps)
+
+
+@pytest.mark.parametrize("name, most", [("medium", 1.25), ("hard", 1.6)])
+def test_structure_stage_wastes_few_instantiations(suite: Suite, name: str, most: float) -> None:
+    """Structures are built from the edges the drawn world can carry and the instantiator
+    looks ahead, so few drafts fail once values are drawn (the earlier sampler instantiated
+    about 2.2 drafts per medium task)."""
+    sampler = TaskSampler(suite, DIFFICULTIES[name], seed=3)
+    drafts = []
+    instantiate = sampler.values.instantiate
+    sampler.values.instantiate = lambda *a: drafts.append(a[0]) or instantiate(*a)  # type: ignore[method-assign]
+    sampler.sample_many(150)
+    assert len(drafts) <= most * 150, len(drafts) / 150
+
+
+def test_coincidental_edges_keep_their_chance(suite: Suite) -> None:
+    """A value that feeds a lookup in another domain (a customer's email as a contact's) works
+    only for the few records whose value happens to occur there: such edges are kept with
+    that chance, so with no cross-domain requirement few tasks cross domains."""
+    tasks = TaskSampler(suite, replace(DIFFICULTIES["medium"], cross_domain=0.0), seed=1).sample_many(300)
+    share = sum(_cross(t, suite) for t in tasks) / len(tasks)
+    assert 0.05 <= share <= 0.3, share  # 0.38 when every edge the world can carry is equally likely
+
+
+def test_lookahead_picks_records_the_whole_chain_can_use(suite: Suite) -> None:
+    """order -> its customer -> the contact with that customer's email: the order must belong to
+    one of the few customers whose email is a contact's, two calls downstream."""
+    world = next(w for w in map(suite.world, range(100))
+                 if {r["email"] for r in w.tables["retail.customer"].values()}
+                 & {r["email"] for r in w.tables["messaging.contact"].values()})
+    contacts = {r["email"] for r in world.tables["messaging.contact"].values()}
+    customers = world.tables["retail.customer"]
+    usable = [o for o in world.tables["retail.order"].values() if customers[o["customer_id"]]["email"] in contacts]
+    assert usable and len(usable) / len(world.tables["retail.order"]) < 0.5  # a random order would often fail
+    values = Instantiator(suite, lookahead=True)
+    for k in range(20):
+        draft = Draft([DraftNode("get_order", 0), DraftNode("get_customer", 0), DraftNode("find_contact_by_email", 0)],
+                      [(0, 1, "customer_id", "customer_id"), (1, 2, "email", "email")])
+        assert values.instantiate(draft, [0, 1, 2], world.seed, np.random.default_rng(k)) is not None
+        assert draft.nodes[0].args["order_id"] in {o["order_id"] for o in usable}
+
+
+def test_distractors_prefer_the_tasks_domains_and_kinds(suite: Suite) -> None:
+    sampler = TaskSampler(suite, DIFFICULTIES["medium"])
+    calls = [Call("c0", "get_order", {}), Call("c1", "send_email", {})]
+    similar = set(sampler._distractor_index.similar(suite, {"get_order", "send_email"}))
+    rng = PyRng(0)
+    seen = set()
+    for _ in range(300):
+        picks = pick_distractors(suite, sampler.allowed, calls, 3, rng, sampler._distractor_index)
+        assert len(set(picks)) == 3 and set(picks) <= similar and list(picks) == sorted(picks)
+        seen.update(picks)
+    assert seen == similar  # every candidate comes up
+    few = [Call("c0", t, {}) for t in sorted(similar)[:-2]] + calls  # fewer candidates left than asked for
+    assert len(pick_distractors(suite, sampler.allowed, few, 6, rng, sampler._distractor_index)) == 6
 
 
 def test_cross_domain_knob(suite: Suite) -> None:

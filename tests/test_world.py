@@ -142,3 +142,48 @@ def test_failed_transfer_changes_nothing_and_search_is_bounded(suite: Suite) -> 
             value = next(iter(world.tables[t.entity].values()))[p.field]
             res = suite.executor.run(t, {p.name: value}, WorldState(world))
             assert len(res["results"]) <= SEARCH_LIMIT and res["total"] >= len(res["results"])
+
+
+def test_pyrng_draws_like_a_numpy_generator() -> None:
+    """``PyRng`` offers the draws the value generators use, with numpy's ranges and errors, and
+    is a pure function of its seed."""
+    from rods_gym.world import PyRng
+
+    rng = PyRng("7:3")
+    ints = [rng.integers(2, 5) for _ in range(2000)]
+    assert set(ints) == {2, 3, 4} and all(type(i) is int for i in ints)
+    assert {rng.integers(3) for _ in range(200)} == {0, 1, 2}
+    digits = rng.integers(0, 10, 6)
+    assert isinstance(digits, np.ndarray) and digits.shape == (6,) and digits.tolist() == [int(d) for d in digits]
+    assert all(1.0 <= rng.uniform(1.0, 2.0) < 2.0 for _ in range(100))
+    assert rng.below(1 << 40) < 1 << 40  # beyond the scaled-double range: an exact draw
+    with pytest.raises(ValueError):
+        rng.integers(4, 4)
+    a, b = PyRng("7:3"), PyRng("7:3")
+    assert [a.below(1000) for _ in range(50)] == [b.below(1000) for _ in range(50)]
+    assert [PyRng("7:4").below(1000) for _ in range(5)] != [PyRng("7:3").below(1000) for _ in range(5)]
+
+
+def test_world_value_sets_and_singled_out_records(suite: Suite) -> None:
+    world = suite.world(4)
+    orders = world.tables["retail.order"]
+    assert world.values("retail.order", "status") == {r["status"] for r in orders.values()}
+    fields = ("customer_id", "status")
+    single = world.singled_out("retail.order", fields)
+    for rid, rec in orders.items():
+        twins = [r for r in orders.values() if all(r[f] == rec[f] for f in fields)]
+        assert (rid in single) == (len(twins) == 1)
+    assert world.singled_out("retail.order", fields) is single  # built once
+
+
+def test_state_ids_follow_the_overlay(suite: Suite) -> None:
+    state = WorldState(suite.world(4))
+    ent = suite.entities["retail.order"]
+    assert state.ids(ent.name) == list(suite.world(4).tables[ent.name])
+    first, second = list(state.records(ent.name))[:2]
+    state.remove(ent.name, first[ent.id_field])
+    state.put(ent.name, dict(second, status="cancelled"), ent.id_field)
+    state.put(ent.name, dict(second, order_id=state.new_id(ent)), ent.id_field)
+    assert state.ids(ent.name) == [r[ent.id_field] for r in state.records(ent.name)]
+    assert first[ent.id_field] not in state.ids(ent.name) and state.ids(ent.name)[-1].endswith("20001")
+    assert state.record_list(ent.name) == list(state.records(ent.name))

@@ -90,13 +90,17 @@ class SlotTable:
 
     Equal values share a slot, so an id returned by one call and passed to the next is the
     same slot. When all ``capacity`` slots are used, a new value takes over the oldest slot
-    (round robin) that does not hold a user fact, preferring slots whose type is not in
-    ``keep_types``: the renderers keep the linkable types (ids, contacts, dates...), the only
-    values that later calls consume, over text and categories, which are at most read out in
-    an answer right away. ``add`` returns ``None`` only when every slot holds a user fact.
+    (round robin) that does not hold a user fact (a stated value keeps its slot even when a
+    tool returned it first), preferring slots whose type is not in ``keep_types``: the
+    renderers keep the linkable types (ids, contacts, dates...), the only values that later
+    calls consume, over text and categories, which are at most read out in an answer right
+    away. Values of one batch (:meth:`new_batch`: one tool result) take over older slots
+    first, so a result does not evict its own values (its answer) while older ones can go.
+    ``add`` returns ``None`` only when every slot holds a user fact.
     """
 
-    __slots__ = ("capacity", "keep_types", "values", "types", "sources", "index", "_evict")
+    __slots__ = ("capacity", "keep_types", "values", "types", "sources", "index", "written", "_evict", "_clock",
+                 "_batch")
 
     def __init__(self, capacity: int, keep_types: frozenset[str] = frozenset()) -> None:
         self.capacity = capacity
@@ -105,24 +109,41 @@ class SlotTable:
         self.types: list[str] = []
         self.sources: list[str] = []
         self.index: dict[str, int] = {}  # value_key -> slot (read it; only add() and add_new() write it)
+        # per slot: the write count when its value was last added; a slot is in the current batch
+        # when it is >= the count at the batch's start (code that inlines add() sets it to that)
+        self.written: list[int] = []
         self._evict = 0
+        self._clock = 0
+        self._batch = 0
+
+    def new_batch(self) -> int:
+        """Start a batch: the values added from now on (also those that already had a slot) do not
+        evict each other while older slots remain. Returns the batch's start count."""
+        self._batch = self._clock
+        return self._batch
 
     def add(self, value: Any, vtype: str, source: str) -> int | None:
         key = "s" + value if type(value) is str else value_key(value)
         k = self.index.get(key)
         if k is not None:
+            if source == "user":  # a stated fact keeps its slot, even if a tool returned it first
+                self.sources[k] = source
+            self.written[k] = self._clock
             return k
         if len(self.values) < self.capacity:
             k = len(self.values)
             self.values.append(value)
             self.types.append(vtype)
             self.sources.append(source)
+            self.written.append(self._clock)
         else:
             k = self._victim()
             if k is None:
                 return None
             del self.index[value_key(self.values[k])]
             self.values[k], self.types[k], self.sources[k] = value, vtype, source
+            self.written[k] = self._clock
+        self._clock += 1
         self.index[key] = k
         return k
 
@@ -134,15 +155,20 @@ class SlotTable:
             values.append(value)
             self.types.append(vtype)
             self.sources.append(source)
+            self.written.append(self._clock)
+            self._clock += 1
             self.index[key] = k
             return k
         return self.add(value, vtype, source)
 
     def _victim(self) -> int | None:
-        for any_type in (False, True):  # first a slot of a type not kept, then any tool value
+        # first a slot older than the batch, then (a batch larger than the table) one of the batch;
+        # each time first a slot of a type not kept, then any tool value
+        for older, any_type in ((True, False), (True, True), (False, False), (False, True)):
             for step in range(self.capacity):  # bounded scan for the oldest non-user slot
                 k = (self._evict + step) % self.capacity
-                if self.sources[k] != "user" and (any_type or self.types[k] not in self.keep_types):
+                if self.sources[k] != "user" and (any_type or self.types[k] not in self.keep_types) \
+                        and (not older or self.written[k] < self._batch):
                     self._evict = (k + 1) % self.capacity
                     return k
         return None

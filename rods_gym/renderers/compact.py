@@ -103,6 +103,7 @@ class CompactRenderer(Renderer):
         return self._bound(obs)
 
     def _result_text(self, tool_name: str, content: dict[str, Any]) -> str:
+        self.slots.new_batch()
         if "results" in content:
             words = ["ok", "results", str(min(content["total"], 10))]
             for rec in content["results"]:

@@ -156,13 +156,15 @@ class StructuredRenderer(Renderer):
                 source_name = self._source_names[source]
                 types = self._tool_field_types.get(name) or self.field_types(name)
                 slots, type_code = self.slots, self._type_code
-                values, index = slots.values, slots.index
+                batch = slots.new_batch()
+                values, index, written = slots.values, slots.index, slots.written
                 slot_type, slot_from = self._slot_type, self._slot_from
                 for rec in records:
                     for f, v in rec.items():  # self._add, inlined: results carry most values
                         key = "s" + v if type(v) is str else value_key(v)
                         k = index.get(key)
                         if k is not None:
+                            written[k] = batch  # the value is part of this result
                             if values[k] is not v:
                                 continue  # an equal value already has a slot
                             vtype = types.get(f) or self.field_type(name, f)
