@@ -8,24 +8,47 @@ parse + validate + execute + reward + render and nothing else. Timings use the u
 env (``gym.make`` adds Gymnasium's checker wrappers; their cost is reported separately).
 Targets (issue 2): structured >= 50,000 steps/s, chat >= 20,000 steps/s, reset >= 5,000/s,
 sampler >= 5,000 tasks/s.
+
+Every timed function runs the way ``timeit`` times code: the garbage collector collects
+first and is off while it runs (:func:`gc_paused`), so no figure carries a collection that
+the objects of earlier parts (or of its own kept results) happen to trigger.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import gc
 import json
 import os
 import platform
 import time
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import gymnasium as gym
 
 import rods_gym
 from rods_gym import DIFFICULTIES, TaskSampler, ToolChainEnv, default_suite, load_split, oracle_action
 
+T = TypeVar("T")
 MODES = ("chat", "compact", "structured")
 TARGETS = {"chat": 20_000, "structured": 50_000, "reset": 5_000, "sampler": 5_000}
+
+
+def gc_paused(fn: Callable[..., T]) -> Callable[..., T]:
+    """``fn`` run as ``timeit`` runs timed code: a full collection first, the collector off
+    while it runs (and back on afterwards, as it was)."""
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> T:
+        was_on = gc.isenabled()
+        gc.collect()
+        gc.disable()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if was_on:
+                gc.enable()
+    return run
 
 
 def record_oracle(env: ToolChainEnv, tasks: list) -> list[tuple[Any, list[Any]]]:
@@ -43,6 +66,7 @@ def record_oracle(env: ToolChainEnv, tasks: list) -> list[tuple[Any, list[Any]]]
     return episodes
 
 
+@gc_paused
 def time_replay(env: ToolChainEnv, episodes: list, repeats: int) -> tuple[float, int]:
     """Seconds spent inside step() and the number of steps, over ``repeats`` passes."""
     spent, steps = 0.0, 0
@@ -67,6 +91,7 @@ def invalid_actions(mode: str, env: ToolChainEnv) -> list[Any]:
     return [[0] * (n - 1), [5] + [0] * (n - 1), [0, 10**6] + [0] * (n - 2)]
 
 
+@gc_paused
 def time_invalid(env: ToolChainEnv, tasks: list, n_steps: int) -> float:
     actions = invalid_actions(env.mode, env)
     env.reset(options={"task": tasks[0]})
@@ -83,6 +108,7 @@ def time_invalid(env: ToolChainEnv, tasks: list, n_steps: int) -> float:
     return n_steps / spent
 
 
+@gc_paused
 def time_resets(env: ToolChainEnv, tasks: list, n: int) -> float:
     for t in tasks:  # warm worlds and compiled tasks
         env.reset(options={"task": t})
@@ -92,6 +118,7 @@ def time_resets(env: ToolChainEnv, tasks: list, n: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
+@gc_paused
 def time_sampler(n: int) -> float:
     sampler = TaskSampler(default_suite(), DIFFICULTIES["medium"], seed=123)
     sampler.sample_many(200)  # warm the world cache
@@ -111,7 +138,8 @@ def main() -> None:
         "smoke": (40, 1, 2_000, 2_000, 200), "cpu": (400, 5, 50_000, 50_000, 3_000)}[args.scale]
     tasks = load_split("test")[:n_tasks]
     results: dict[str, Any] = {"scale": args.scale, "python": platform.python_version(),
-                               "machine": f"{platform.machine()} {os.cpu_count()} cpus, pinned to 1 core"}
+                               "machine": f"{platform.machine()} {os.cpu_count()} cpus, pinned to 1 core",
+                               "gc": "collected before each timed part, off while it runs (as timeit)"}
     for mode in MODES:
         env = ToolChainEnv(mode=mode)
         episodes = record_oracle(env, tasks)

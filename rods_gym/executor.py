@@ -156,7 +156,7 @@ class Executor:
         key = (world_seed, sum(map(ord, rid)), len(rid))
         state = self._seeded.get(key)
         if state is None:
-            state = np.random.default_rng(list(key)).bit_generator.state
+            state = np.random.PCG64(list(key)).state  # default_rng's bit generator, without the Generator
             self._seeded[key] = state
             if len(self._seeded) > SEED_CACHE:
                 self._seeded.popitem(last=False)

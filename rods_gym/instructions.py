@@ -14,9 +14,10 @@ per variant, so variants differ from their parents in wording as well as in tool
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from .task import TaskSpec, format_value
+from .task import Answer, Call, Dep, TaskSpec, format_value
 
 if TYPE_CHECKING:
     from .suite import Suite
@@ -97,55 +98,66 @@ def _name(name: str, wording: Wording) -> str:
     return name.replace("_", " ") if wording.spaced_fields else name
 
 
+@lru_cache(maxsize=4096)
+def _extras(phrase: str, params: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """``(param, spoken name)`` of the ``params`` that ``phrase`` has no placeholder for, in order."""
+    return tuple((p, p.replace("_", " ")) for p in params if "{" + p + "}" not in phrase)
+
+
 class _TaskIndex:
     """A task's calls, bound arguments and withheld parameters by call id (built once per rendering)."""
 
     __slots__ = ("call", "bound", "withheld")
 
-    def __init__(self, task: TaskSpec) -> None:
-        self.call: dict[str, Any] = {}
-        for c in task.calls:
+    def __init__(self, calls: Sequence[Call], deps: Sequence[Dep],
+                 withheld: Iterable[Iterable[tuple[str, str]]]) -> None:
+        """``withheld``: per turn, its withheld ``(call id, param)`` pairs."""
+        self.call: dict[str, Call] = {}
+        for c in calls:
             self.call.setdefault(c.id, c)  # the first call of an id, as task.call() finds
-        self.bound: dict[str, dict[str, Any]] = {c.id: {} for c in task.calls}
-        for d in task.deps:
+        self.bound: dict[str, dict[str, Dep]] = {}
+        for d in deps:
             self.bound.setdefault(d.dst, {})[d.param] = d
         self.withheld: dict[str, set[str]] = {}
-        for t in task.turns:
-            for c, p in t.withheld:
+        for pairs in withheld:
+            for c, p in pairs:
                 self.withheld.setdefault(c, set()).add(p)
 
 
 def describe_call(task: TaskSpec, cid: str, suite: "Suite", turn: int, depth: int = 0,
                   wording: Wording = WORDINGS[0]) -> str:
-    return _describe(task, _TaskIndex(task), cid, suite, turn, depth, wording)
+    index = _TaskIndex(task.calls, task.deps, (t.withheld for t in task.turns))
+    return _describe(index, cid, suite, turn, depth, wording)
 
 
-def _describe(task: TaskSpec, index: _TaskIndex, cid: str, suite: "Suite", turn: int, depth: int,
-              wording: Wording) -> str:
-    if cid not in index.call:
-        task.call(cid)  # raises the KeyError naming the id
-    call = index.call[cid]
-    tool = suite.tools[call.tool]
+def _describe(index: _TaskIndex, cid: str, suite: "Suite", turn: int, depth: int, wording: Wording) -> str:
+    call = index.call.get(cid)
+    if call is None:
+        raise KeyError(cid)  # as task.call() raises
+    phrase = suite.tools[call.tool].phrase
     bound = index.bound.get(cid, {})
     withheld = index.withheld.get(cid, ())
     described = _Missing()  # the phrase's placeholders, filled below
     for p, v in call.args.items():
-        if p in bound:
-            d = bound[p]
-            src = task.call(d.src) if d.src not in index.call else index.call[d.src]
+        d = bound.get(p)
+        if d is not None:
+            src = index.call.get(d.src)
+            if src is None:
+                raise KeyError(d.src)
+            field = _name(d.field, wording)
             if src.turn < turn:
-                described[p] = wording.earlier.format(field=_name(d.field, wording))
+                described[p] = wording.earlier.format(field=field)
             else:
-                inner = _describe(task, index, d.src, suite, turn, depth + 1, wording)
-                described[p] = wording.dependency.format(field=_name(d.field, wording), call=inner)
+                inner = _describe(index, d.src, suite, turn, depth + 1, wording)
+                described[p] = wording.dependency.format(field=field, call=inner)
         elif p in withheld:
             described[p] = wording.withheld.format(param=p.replace("_", " "))
         else:
             described[p] = format_value(v)
-    text = tool.phrase.format_map(described)
-    extras = [f"{p.replace('_', ' ')} {described[p]}" for p in call.args if "{" + p + "}" not in tool.phrase]
+    text = phrase.format_map(described)
+    extras = _extras(phrase, tuple(call.args))
     if extras:
-        text += wording.extra + wording.extra_joiner.join(extras)
+        text += wording.extra + wording.extra_joiner.join([f"{name} {described[p]}" for p, name in extras])
     return text
 
 
@@ -160,35 +172,51 @@ def render_turn_messages(task: TaskSpec, suite: "Suite", style: int | None = Non
     ``style=None`` is the default wording with openers picked from the task id; a style
     ``k`` uses ``WORDINGS[k % N_STYLES]`` with openers picked from ``k``.
     """
+    return render_messages(task.id, task.calls, task.deps, [t.withheld for t in task.turns], task.answer, suite, style)
+
+
+def render_messages(task_id: str, calls: Sequence[Call], deps: Sequence[Dep],
+                    withheld: Sequence[Iterable[tuple[str, str]]], answer: Answer | None, suite: "Suite",
+                    style: int | None = None) -> list[str]:
+    """:func:`render_turn_messages` of a task given by its parts (``withheld``: per turn, its
+    withheld ``(call id, param)`` pairs), for a caller that has not built the task yet."""
     wording = WORDINGS[0] if style is None else WORDINGS[style % N_STYLES]
-    index = _TaskIndex(task)
+    index = _TaskIndex(calls, deps, withheld)
     # the turns each producer feeds
     feeds: dict[str, set[int]] = {}
-    well_formed = all(d.dst in index.call for d in task.deps)
-    for d in task.deps:
-        if well_formed:
+    well_formed = all(d.dst in index.call for d in deps)
+    if well_formed:
+        for d in deps:
             feeds.setdefault(d.src, set()).add(index.call[d.dst].turn)
-    producers = {d.src for d in task.deps}
+    producers = set() if well_formed else {d.src for d in deps}
     out = []
-    salt = sum(map(ord, task.id)) if style is None else style // N_STYLES
-    for turn in range(len(task.turns)):
+    salt = sum(map(ord, task_id)) if style is None else style // N_STYLES
+    for turn in range(len(withheld)):
         goals = []
-        for c in task.calls:
+        for c in calls:
             if well_formed:
                 feeds_this_turn = turn in feeds.get(c.id, ())
             else:  # a dependency on a missing call: evaluate as written, raising where it is reached
-                feeds_this_turn = c.id in producers and any(task.call(d.dst).turn == turn for d in task.deps
+                feeds_this_turn = c.id in producers and any(_call(calls, d.dst).turn == turn for d in deps
                                                             if d.src == c.id)
             if c.turn != turn or feeds_this_turn:
                 continue
-            text = _describe(task, index, c.id, suite, turn, 0, wording)
-            if task.answer is not None and task.answer.call == c.id:
-                text += wording.answer.format(field=task.answer.field.replace("_", " "))
+            text = _describe(index, c.id, suite, turn, 0, wording)
+            if answer is not None and answer.call == c.id:
+                text += wording.answer.format(field=answer.field.replace("_", " "))
             goals.append(text)
         goal = wording.joiner.join(goals)
         openers = wording.openers if turn == 0 else wording.next_openers
         out.append(openers[(salt + turn) % len(openers)].format(goal=goal))
     return out
+
+
+def _call(calls: Sequence[Call], cid: str) -> Call:
+    """The first call of id ``cid`` (``KeyError`` when there is none), as ``TaskSpec.call``."""
+    for c in calls:
+        if c.id == cid:
+            return c
+    raise KeyError(cid)
 
 
 def unlock_message(tools: tuple[str, ...]) -> str:

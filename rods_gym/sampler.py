@@ -41,11 +41,13 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from operator import attrgetter
 from typing import Any, Collection, Iterator, Mapping, Sequence
 
-from .domain import FieldSpec, ToolSpec
+from .argcheck import ArgChecker
+from .domain import EntitySpec, FieldSpec, ToolSpec
 from .executor import ToolError
-from .instructions import render_turn_messages
+from .instructions import render_messages
 from .suite import Suite
 from .task import Answer, Call, Dep, TaskSpec, Turn, format_value
 from .world import Draw, PyRng, Rng, World, WorldState, compile_generator
@@ -111,7 +113,7 @@ class SamplingError(RuntimeError):
     pass
 
 
-@dataclass
+@dataclass(slots=True)
 class DraftNode:
     """One call of a drafted task: its tool, its turn and (once instantiated) its arguments."""
 
@@ -174,7 +176,10 @@ class _WorldEdges:
         producer, which a step makes a producer)."""
         out = self._steps.get(tool)
         if out is None:
-            weighted = ((s, self._share(key) * self.single(s[1])) for s, key in self._all_steps[tool])
+            share, single = self._share, self.single
+            weighted = ((s, share(key)) for s, key in self._all_steps[tool])
+            kept = [(s, w) for s, w in weighted if w > 0.0]  # the producer's chance only where this one is not 0
+            weighted = ((s, w * single(s[1])) for s, w in kept)
             out = self._steps[tool] = tuple([(s, w) for s, w in weighted if w > 0.0])
         return out
 
@@ -183,7 +188,8 @@ class _WorldEdges:
         output of ``tool`` can feed on this world."""
         out = self._outlets.get(tool)
         if out is None:
-            weighted = ((o, self._share(key)) for o, key in self._all_outlets[tool])
+            share = self._share
+            weighted = ((o, share(key)) for o, key in self._all_outlets[tool])
             out = self._outlets[tool] = tuple([(o, w) for o, w in weighted if w > 0.0])
         return out
 
@@ -209,21 +215,24 @@ class _WorldEdges:
         return hit
 
     def _share(self, key: Shared | None) -> float:
+        """The share of the records of ``key``'s producer entity whose field value the
+        consumer's table holds (1 without a shared value; kept per key)."""
         if key is None:
             return 1.0
         hit = self._shared.get(key)
         if hit is None:
             values = self._world.values(key[2], key[3])
-            table = self._world.tables[key[0]]
             if values is None:  # an unhashable value: assume it works
                 hit = 1.0
-            elif not table:
-                hit = 0.0
             else:
-                try:
-                    hit = sum(r.get(key[1]) in values for r in table.values()) / len(table)
-                except TypeError:
-                    hit = 1.0
+                column = self._world.column(key[0], key[1])
+                if not column:
+                    hit = 0.0
+                else:
+                    try:
+                        hit = sum(map(values.__contains__, column)) / len(column)
+                    except TypeError:
+                        hit = 1.0
             self._shared[key] = hit
         return hit
 
@@ -348,21 +357,22 @@ class _ChainSearch:
         if self.budget == 0:
             return False
         self.budget -= 1
+        rng, taken, domains = self.rng, self.taken, self.domain
         opts = list(self.edges.steps(tool))  # tried in random order; those that do not fit are skipped
-        domain = self.domain[tool] if len(steps) == self.cross_step else None
+        domain = domains[tool] if len(steps) == self.cross_step else None
         while opts:
-            step, chance = _pop_random(opts, self.rng)
+            step, chance = _pop_random(opts, rng)
             src, vtype = step[1], step[3]
-            if src in self.taken or vtype in types or self.domain[src] == domain:
+            if src in taken or vtype in types or domains[src] == domain:
                 continue
-            if not _happens(self.rng, chance):
+            if not _happens(rng, chance):
                 self.budget = 0
                 return False
-            self.taken.add(src)
+            taken.add(src)
             steps.append(step)
             if self._extend(src, types + (vtype,)):
                 return True
-            self.taken.discard(src)
+            taken.discard(src)
             steps.pop()
         return False
 
@@ -556,9 +566,9 @@ class TaskSampler:
         for i in range(first, len(b.draft.nodes)):
             if b.up[i] >= b.depth:
                 continue
-            types_i = b.types[i]
-            cands.extend((i, o, w) for o, w in b.edges.outlets(b.draft.nodes[i].tool)
-                         if o[1] not in types_i and o[2] not in b.taken)
+            types_i, taken = b.types[i], b.taken
+            cands += [(i, o, w) for o, w in b.edges.outlets(b.draft.nodes[i].tool)
+                      if o[1] not in types_i and o[2] not in taken]
         if cands:
             i, (f, vtype, t, p), chance = cands[rng.below(len(cands))]
             if not b.succ[i]:  # the call becomes a producer
@@ -608,7 +618,7 @@ class TaskSampler:
         for k, i in enumerate(order):
             ids[i] = f"c{k}"
         calls = tuple([Call(ids[i], nodes[i].tool, nodes[i].args, nodes[i].turn) for i in order])
-        deps = tuple(sorted([Dep(ids[s], ids[d], p, f) for s, d, p, f in draft.deps], key=lambda d: (d.dst, d.param)))
+        deps = tuple(sorted([Dep(ids[s], ids[d], p, f) for s, d, p, f in draft.deps], key=_DEP_ORDER))
         answer = None
         if want_answer:
             producers = {s for s, _, _, _ in draft.deps}
@@ -624,27 +634,35 @@ class TaskSampler:
         withheld: dict[int, tuple[tuple[str, str], ...]] = {}
         locked: dict[int, tuple[str, ...]] = {}
         if rng.random() < cfg.missing_param:
-            probe = TaskSpec("probe", world_seed, calls, deps, ())
-            facts = probe.facts()
+            facts = _facts(calls, deps)
             if facts:
-                cid, p, _ = facts[rng.below(len(facts))]
-                withheld[probe.call(cid).turn] = ((cid, p),)
+                c, p = facts[rng.below(len(facts))]
+                withheld[c.turn] = ((c.id, p),)
         if rng.random() < cfg.missing_tool:
             c = calls[rng.below(len(calls))]
             locked[c.turn] = (c.tool,)
         distractors = self._distractors(calls, _between(rng, cfg.distractors), rng)
         knobs = {"depth": depth, "calls": len(calls), "turns": n_turns,
                  "cross_domain": len({self._domain[c.tool] for c in calls}) > 1}
-        turns = tuple([Turn("", locked.get(t, ()), withheld.get(t, ())) for t in range(n_turns)])
         task_id = f"{self.id_prefix}-{self.seed}-{index}"
         meta = {"source": "sampler", "seed": self.seed, "index": index, "knobs": knobs}
-        task = TaskSpec(task_id, world_seed, calls, deps, turns, distractors, answer, meta)
-        messages = render_turn_messages(task, self.suite)
-        turns = tuple([Turn(m, t.locked, t.withheld) for t, m in zip(turns, messages)])
+        held = [withheld.get(t, ()) for t in range(n_turns)]
+        messages = render_messages(task_id, calls, deps, held, answer, self.suite)
+        turns = tuple([Turn(m, locked.get(t, ()), held[t]) for t, m in enumerate(messages)])
         return TaskSpec(task_id, world_seed, calls, deps, turns, distractors, answer, meta)
 
     def _distractors(self, calls: Sequence[Call], k: int, rng: PyRng) -> tuple[str, ...]:
         return pick_distractors(self.suite, self.allowed, calls, k, rng, self._distractor_index)
+
+
+_DEP_ORDER = attrgetter("dst", "param")  # a task's dependencies by consumer id, then parameter
+
+
+def _facts(calls: Sequence[Call], deps: Sequence[Dep]) -> list[tuple[Call, str]]:
+    """``(call, param)`` of every argument the user states (not bound by a dependency), in
+    call order: the pairs of ``TaskSpec.facts()``."""
+    bound = {(d.dst, d.param) for d in deps}
+    return [(c, p) for c in calls for p in c.args if (c.id, p) not in bound]
 
 
 class DistractorIndex:
@@ -665,10 +683,11 @@ class DistractorIndex:
     def near(self, suite: Suite, used: Collection[str]) -> int:
         """The mask of the allowed tools not in ``used`` that share a domain or a kind with one of them."""
         mask = own = 0
+        tools, by_domain, by_kind, by_tool = suite.tools, self.by_domain, self.by_kind, self.by_tool
         for t in used:
-            spec = suite.tools[t]
-            mask |= self.by_domain.get(spec.domain, 0) | self.by_kind.get(spec.kind, 0)
-            own |= self.by_tool.get(t, 0)
+            spec = tools[t]
+            mask |= by_domain.get(spec.domain, 0) | by_kind.get(spec.kind, 0)
+            own |= by_tool.get(t, 0)
         return mask & ~own
 
     def unused(self, used: Collection[str]) -> int:
@@ -707,10 +726,11 @@ def pick_distractors(suite: Suite, allowed: Sequence[str], calls: Sequence[Call]
         pool = index.unused(used)
     k = min(k, pool.bit_count())
     picks: set[int] = set()
+    below, n = rng.below, len(allowed)
     for _ in range(16 * k):  # uniform draws over ``allowed``, kept when in the pool: each pick is uniform
         if len(picks) == k:
             break
-        i = rng.below(len(allowed))
+        i = below(n)
         if pool >> i & 1:
             picks.add(i)
     if len(picks) < k:  # rarely: the rest drawn from the pool's remaining positions
@@ -719,7 +739,29 @@ def pick_distractors(suite: Suite, allowed: Sequence[str], calls: Sequence[Call]
             r = j + rng.below(len(rest) - j)
             rest[j], rest[r] = rest[r], rest[j]
         picks.update(rest[: k - len(picks)])
-    return tuple(allowed[i] for i in sorted(picks))
+    return tuple([allowed[i] for i in sorted(picks)])
+
+
+class _CallPlan:
+    """What :meth:`Instantiator.call` reads of one tool on every call, derived once: its kind,
+    entity, id field, ``param -> field`` map, argument checker, declared output fields and, per
+    parameter in order, ``(name, field, always filled from the record)`` (a required or id
+    parameter)."""
+
+    __slots__ = ("tool", "kind", "entity", "id_field", "field_of", "checker", "fills", "outputs")
+
+    def __init__(self, tool: ToolSpec, ent: EntitySpec, field_of: dict[str, str], checker: ArgChecker) -> None:
+        self.tool, self.kind, self.entity, self.id_field = tool, tool.kind, ent.name, ent.id_field
+        self.field_of, self.checker = field_of, checker
+        self.fills = tuple((p.name, p.field, p.required or p.field == ent.id_field) for p in tool.params)
+        self.outputs = frozenset(f for f, _ in tool.outputs)  # the declared output fields
+
+
+def _passing(recs: list[dict[str, Any]], precondition: Mapping[str, Collection[Any]]) -> list[dict[str, Any]]:
+    """The records of ``recs`` (in order) whose fields all take a value ``precondition`` allows."""
+    for f, ok in precondition.items():
+        recs = [r for r in recs if r.get(f) in ok]
+    return recs
 
 
 class Instantiator:
@@ -742,17 +784,15 @@ class Instantiator:
         self.lookahead = lookahead
         self._field_of: dict[str, dict[str, str]] = {}  # tool -> param -> entity field
         self._draws: dict[tuple[str, str], Draw] = {}  # (entity, field) -> compiled generator
-
-    def _table_index(self, state: WorldState, entity: str, field_name: str) -> Mapping[Any, list[dict[str, Any]]] | None:
-        """``value -> records`` of an entity in the base world (``None`` once the episode wrote to it)."""
-        return state.base_index(entity, field_name)
+        self._plans: dict[str, _CallPlan] = {}  # tool -> what :meth:`call` reads of it
+        self._id_params: dict[str, str] = {}  # tool -> its id parameter (read, update, delete)
 
     def _matching(self, state: WorldState, entity: str, filters: list[tuple[str, Any]]) -> list[dict[str, Any]]:
         """Records of ``entity`` whose fields equal ``filters``, in table order (a scan, or an
         index lookup on an untouched table: the same records either way)."""
         if not filters:
             return state.record_list(entity)
-        index = self._table_index(state, entity, filters[0][0])
+        index = state.base_index(entity, filters[0][0])  # None once the episode wrote to the entity
         if index is None:
             return [r for r in state.records(entity) if _all_equal(r, filters)]
         first = filters[0][1]
@@ -772,6 +812,15 @@ class Instantiator:
         if out is None:
             out = self._field_of[tool.name] = {p.name: p.field for p in tool.params}
         return out
+
+    def _plan(self, tool_name: str) -> _CallPlan:
+        """What :meth:`call` reads of a tool on every call (built once per tool)."""
+        plan = self._plans.get(tool_name)
+        if plan is None:
+            tool = self.suite.tools[tool_name]
+            plan = self._plans[tool_name] = _CallPlan(tool, self.suite.entities[tool.entity], self._fields(tool),
+                                                      self.suite.checkers[tool_name])
+        return plan
 
     def _draw(self, entity: str, fspec: FieldSpec) -> Draw:
         """The compiled generator of a field (see :func:`compile_generator`), built once."""
@@ -816,7 +865,7 @@ class Instantiator:
         states (``stated``: :meth:`stated` of the draft, when the caller has it)."""
         if stated is None:
             stated = self.stated(draft)
-        declared = dict(self.suite.tools[draft.nodes[i].tool].outputs)
+        declared = self._plan(draft.nodes[i].tool).outputs
         return [f for f, v in outputs[i].items() if f in declared and format_value(v) not in stated]
 
     def call(self, draft: Draft, i: int, state: WorldState, rng: Rng,
@@ -827,14 +876,14 @@ class Instantiator:
         whether ``i`` feeds another call, when the caller has them; ``accept``: what each
         consumer can take, see :meth:`_acceptance`)."""
         node = draft.nodes[i]
-        tool = self.suite.tools[node.tool]
-        ent = self.suite.entities[tool.entity]
+        plan = self._plans.get(node.tool) or self._plan(node.tool)
+        tool = plan.tool
         if bound is None:
             bound = draft.bound(i)
         if is_producer is None:
             is_producer = any(s == i for s, _, _, _ in draft.deps)
         args: dict[str, Any] = {p: outputs[s][f] for p, (s, f) in bound.items()}
-        kind = tool.kind
+        kind = plan.kind
         if kind == "create":
             if not self._fill_create(tool, args, state, rng):
                 return False
@@ -842,34 +891,36 @@ class Instantiator:
             if not self._fill_transact(tool, args, state, rng):
                 return False
         else:
-            field_of = self._fields(tool)
-            writes = kind in ("update", "delete")  # only their id selects the record
-            filters = [(field_of[p], v) for p, v in args.items() if not writes or field_of[p] == ent.id_field]
-            by_id = [v for f, v in filters if f == ent.id_field]
+            field_of, id_field = plan.field_of, plan.id_field
+            if kind in ("update", "delete"):  # only their id selects the record
+                filters = [(field_of[p], v) for p, v in args.items() if field_of[p] == id_field]
+            else:
+                filters = [(field_of[p], v) for p, v in args.items()]
+            by_id = [v for f, v in filters if f == id_field]
             if by_id:  # ids are unique: one lookup instead of a scan (same candidates)
-                rec = state.get(ent.name, by_id[0])
+                rec = state.get(plan.entity, by_id[0])
                 cands = [rec] if rec is not None and _all_equal(rec, filters) else []
             else:
-                cands = self._matching(state, ent.name, filters)
+                cands = self._matching(state, plan.entity, filters)
             if self.lookahead and is_producer and cands:
                 cands = self._promising(draft, i, tool, cands, state, accept or {})
             if tool.precondition:
-                cands = [r for r in cands if all(r.get(f) in ok for f, ok in tool.precondition.items())]
+                cands = _passing(cands, tool.precondition)
             if not cands:
                 return False
             rec = cands[int(rng.integers(0, len(cands)))]
-            for p in tool.params:
-                if p.name in args:
+            for name, fld, needed in plan.fills:
+                if name in args:
                     continue
-                if kind in ("update",) and p.field != ent.id_field:
-                    value = self._new_value(tool, p.name, rec, state, rng)
+                if kind == "update" and fld != id_field:
+                    value = self._new_value(tool, name, rec, state, rng)
                     if value is None:
                         return False
-                    args[p.name] = value
-                elif p.required or p.field == ent.id_field or (kind == "search" and (is_producer or rng.random() < 0.4)) \
+                    args[name] = value
+                elif needed or (kind == "search" and (is_producer or rng.random() < 0.4)) \
                         or (kind == "aggregate" and rng.random() < 0.4):
-                    args[p.name] = rec[p.field]
-        if self.suite.checkers[tool.name].check(args) is not None:
+                    args[name] = rec[fld]
+        if plan.checker.check(args) is not None:
             return False
         try:
             result = self.suite.executor.run(tool, args, state)
@@ -942,7 +993,7 @@ class Instantiator:
                 continue
             recs = state.record_list(tool.entity)
             if tool.precondition:
-                recs = [r for r in recs if all(r.get(f) in ok for f, ok in tool.precondition.items())]
+                recs = _passing(recs, tool.precondition)
             if reads:
                 recs = self._promising(draft, d, tool, recs, state, accept)
             for p in params:
@@ -971,10 +1022,11 @@ class Instantiator:
 
     def _fill_create(self, tool: ToolSpec, args: dict[str, Any], state: WorldState, rng: Rng) -> bool:
         ent = self.suite.entities[tool.entity]
+        id_entity, pools = self.suite.id_entity, self.suite.pools
         for p in tool.params:
             if p.name in args or not (p.required or rng.random() < 0.3):
                 continue
-            target = self.suite.id_entity.get(p.type)
+            target = id_entity.get(p.type)
             if target is not None:
                 ids = state.ids(target)
                 if not ids:
@@ -983,7 +1035,7 @@ class Instantiator:
             else:
                 fspec = ent.field(p.field)
                 tables = {fspec.ref: state.ids(fspec.ref)} if fspec.ref else {}
-                args[p.name] = self._draw(ent.name, fspec)(rng, self.suite.pools, 0, tables)
+                args[p.name] = self._draw(ent.name, fspec)(rng, pools, 0, tables)
         return True
 
     def _fill_transact(self, tool: ToolSpec, args: dict[str, Any], state: WorldState, rng: Rng) -> bool:
@@ -1029,23 +1081,28 @@ class Instantiator:
             return {(ent.name, result[ent.id_field])}
         if tool.kind == "lookup":
             return {(ent.name, "*")}
-        id_param = next(p.name for p in tool.params if p.field == ent.id_field)
+        id_param = self._id_params.get(tool.name)
+        if id_param is None:
+            id_param = self._id_params[tool.name] = next(p.name for p in tool.params if p.field == ent.id_field)
         return {(ent.name, args[id_param])}
 
     def order_independent(self, draft: Draft, touched: Mapping[int, set[tuple[str, str]]]) -> bool:
         """Every pair of same-turn calls where one mutates what the other touches is ordered
         by a dependency path, so any valid call order gives the same outcome."""
+        tools = self.suite.tools
+        mutating = [tools[n.tool].mutating for n in draft.nodes]
+        if not any(mutating):
+            return True
         succ: dict[int, list[int]] = {}
         for s, d, _, _ in draft.deps:
             succ.setdefault(s, []).append(d)
-        tools = self.suite.tools
         for i, a in enumerate(draft.nodes):
-            if not tools[a.tool].mutating:
+            if not mutating[i]:
                 continue
             for j, b in enumerate(draft.nodes):
                 if i == j or a.turn != b.turn:
                     continue
-                if tools[b.tool].mutating and j < i:
+                if mutating[j] and j < i:
                     continue  # each mutating pair checked once
                 if _conflict(touched[i], touched[j]) and not (_reaches(succ, i, j) or _reaches(succ, j, i)):
                     return False

@@ -228,6 +228,9 @@ class World:
     # per (entity, field): the values the table holds, built by :meth:`values`
     _values: dict[tuple[str, str], frozenset[Any] | None] = field(default_factory=dict, init=False, repr=False,
                                                                    compare=False)
+    # per (entity, field): the field's values in table order, built by :meth:`column`
+    _columns: dict[tuple[str, str], tuple[Any, ...]] = field(default_factory=dict, init=False, repr=False,
+                                                             compare=False)
     # per (entity, fields): ids of the records those fields single out, built by :meth:`singled_out`
     _singles: dict[tuple[str, tuple[str, ...]], frozenset[str] | None] = field(default_factory=dict, init=False,
                                                                                 repr=False, compare=False)
@@ -286,6 +289,15 @@ class World:
         except TypeError:
             out = None
         self._values[key] = out
+        return out
+
+    def column(self, entity: str, field_name: str) -> tuple[Any, ...]:
+        """``record.get(field_name)`` of every record of a base table, in table order. Built
+        once per (entity, field) and kept."""
+        key = (entity, field_name)
+        out = self._columns.get(key)
+        if out is None:
+            out = self._columns[key] = tuple([r.get(field_name) for r in self.tables[entity].values()])
         return out
 
     def singled_out(self, entity: str, fields: tuple[str, ...]) -> frozenset[str] | None:
