@@ -15,7 +15,6 @@ is where the rollout count, the distinct-task count and the per-group telemetry 
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import json
@@ -24,10 +23,9 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
-import torch
 
 from rods_gym import compute_signature, default_suite
 from rods_gym.task import TaskSpec
@@ -36,7 +34,7 @@ from rods_gym.trainer.curricula.arms import DynamicSampling
 from rods_gym.trainer.curricula.detector import group_stats
 from rods_gym.trainer.evaluation import summarize
 from rods_gym.trainer.loop import env_kwargs, eval_settings, grpo_train
-from rods_gym.trainer.pipeline import env_mode, make_accelerator, warm_start
+from rods_gym.trainer.pipeline import env_mode, make_accelerator, torch_threads, warm_start
 from rods_gym.trainer.policy import Policy, load_policy, make_policy
 from rods_gym.trainer.rollout import RolloutEngine
 from rods_gym.trainer.sources import make_source
@@ -82,17 +80,6 @@ class ArmJob:
         return json.dumps({"arm": self.arm, "seed": self.seed, "train": self.train, "warm_start": self.warm_start,
                            "eval_points": list(self.eval_points), "evals": dataclasses.asdict(self.evals)},
                           sort_keys=True, default=str)
-
-
-@contextlib.contextmanager
-def torch_threads(n: int) -> Iterator[None]:
-    """``torch.set_num_threads(n)`` for the block (restored after: tests run in-process)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(max(1, n))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 # -- the recording wrapper -------------------------------------------------------------------
@@ -224,7 +211,7 @@ def run_warm_start(job: SeedJob) -> dict[str, Any]:
             return record
     if out.exists():  # made with another config: its saved policy must not be reused
         shutil.rmtree(out)
-    with torch_threads(job.threads):
+    with torch_threads(max(1, job.threads)):  # restored after: tests run in-process
         t0 = time.perf_counter()
         cfg = load_config(None, {**job.train, "run_dir": str(out), "seed": job.seed})
         out.mkdir(parents=True, exist_ok=True)
@@ -264,7 +251,7 @@ def run_arm(job: ArmJob) -> dict[str, Any]:
     if out.exists():  # a stale or unfinished run: its checkpoints must not be resumed
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    with torch_threads(job.threads):
+    with torch_threads(max(1, job.threads)):  # restored after: tests run in-process
         t0 = time.perf_counter()
         cfg = load_config(None, {**job.train, "run_dir": str(out / "train"), "seed": job.seed})
         save_config(cfg, out / "config.yaml")

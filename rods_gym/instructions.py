@@ -197,7 +197,7 @@ def render_messages(task_id: str, calls: Sequence[Call], deps: Sequence[Dep],
             if well_formed:
                 feeds_this_turn = turn in feeds.get(c.id, ())
             else:  # a dependency on a missing call: evaluate as written, raising where it is reached
-                feeds_this_turn = c.id in producers and any(_call(calls, d.dst).turn == turn for d in deps
+                feeds_this_turn = c.id in producers and any(index.call[d.dst].turn == turn for d in deps
                                                             if d.src == c.id)
             if c.turn != turn or feeds_this_turn:
                 continue
@@ -209,14 +209,6 @@ def render_messages(task_id: str, calls: Sequence[Call], deps: Sequence[Dep],
         openers = wording.openers if turn == 0 else wording.next_openers
         out.append(openers[(salt + turn) % len(openers)].format(goal=goal))
     return out
-
-
-def _call(calls: Sequence[Call], cid: str) -> Call:
-    """The first call of id ``cid`` (``KeyError`` when there is none), as ``TaskSpec.call``."""
-    for c in calls:
-        if c.id == cid:
-            return c
-    raise KeyError(cid)
 
 
 def unlock_message(tools: tuple[str, ...]) -> str:

@@ -8,10 +8,11 @@ skipped and GRPO continues from its latest checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import gymnasium as gym
 import torch
@@ -79,13 +80,8 @@ def warm_start(cfg: TrainConfig, policy: Policy, seeds: list, accelerator: Accel
         return json.loads((run_dir / "sft.json").read_text()) if (run_dir / "sft.json").exists() else {}
     t0 = time.perf_counter()
     demos = make_demonstrations(policy, demonstration_tasks(cfg, seeds, env_mode(cfg.data.env_id)), cfg.data.env_id)
-    run_threads = torch.get_num_threads()
-    if cfg.sft.threads > 0:
-        torch.set_num_threads(cfg.sft.threads)
-    try:
+    with torch_threads(cfg.sft.threads):
         losses = train_sft(policy, demos, cfg.sft, seed=cfg.seed, accelerator=accelerator)
-    finally:
-        torch.set_num_threads(run_threads)
     record = {"data": cfg.sft.data, "demos": len(demos), "steps": cfg.sft.steps, "final_loss": losses[-1] if losses else None,
               "seconds": time.perf_counter() - t0,
               "demo_tokens": sum(len(d.transcript) for d in demos), "agent_tokens": sum(sum(d.transcript.action_mask) for d in demos)}
@@ -96,6 +92,19 @@ def warm_start(cfg: TrainConfig, policy: Policy, seeds: list, accelerator: Accel
     log(f"sft: {len(demos)} demonstrations ({cfg.sft.data}), {cfg.sft.steps} steps, final loss {record['final_loss']:.3f}, "
         f"{record['seconds']:.0f}s")
     return record
+
+
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """``torch.set_num_threads(n)`` for the block, the previous count restored after; ``n <= 0``
+    leaves torch's count as it is."""
+    before = torch.get_num_threads()
+    if n > 0:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def apply_threads(cfg: TrainConfig) -> None:

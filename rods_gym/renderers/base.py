@@ -130,22 +130,7 @@ class SlotTable:
                 self.sources[k] = source
             self.written[k] = self._clock
             return k
-        if len(self.values) < self.capacity:
-            k = len(self.values)
-            self.values.append(value)
-            self.types.append(vtype)
-            self.sources.append(source)
-            self.written.append(self._clock)
-        else:
-            k = self._victim()
-            if k is None:
-                return None
-            del self.index[value_key(self.values[k])]
-            self.values[k], self.types[k], self.sources[k] = value, vtype, source
-            self.written[k] = self._clock
-        self._clock += 1
-        self.index[key] = k
-        return k
+        return self.add_new(key, value, vtype, source)
 
     def add_new(self, key: str, value: Any, vtype: str, source: str) -> int | None:
         """:meth:`add` for a value whose key ``key`` (``value_key(value)``) has no slot yet."""
@@ -156,10 +141,16 @@ class SlotTable:
             self.types.append(vtype)
             self.sources.append(source)
             self.written.append(self._clock)
-            self._clock += 1
-            self.index[key] = k
-            return k
-        return self.add(value, vtype, source)
+        else:
+            k = self._victim()
+            if k is None:
+                return None
+            del self.index[value_key(values[k])]
+            values[k], self.types[k], self.sources[k] = value, vtype, source
+            self.written[k] = self._clock
+        self._clock += 1
+        self.index[key] = k
+        return k
 
     def _victim(self) -> int | None:
         # first a slot older than the batch, then (a batch larger than the table) one of the batch;
