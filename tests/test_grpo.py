@@ -162,6 +162,45 @@ def test_action_advantages_standardize_each_actions_reward_within_its_group() ->
     assert out[1] == [[0.0], [0.0, 0.0]]  # every action earned the same: no signal
 
 
+def test_returns_to_go_discount_later_rewards() -> None:
+    from rods_gym.trainer.grpo import returns_to_go
+
+    assert returns_to_go([0.5, 0.0, 0.5], 0.5) == [pytest.approx(0.625), pytest.approx(0.25), pytest.approx(0.5)]
+    assert returns_to_go([], 0.9) == []
+
+
+def test_state_advantages_compare_only_actions_taken_from_the_same_state() -> None:
+    """GiGPO step groups by hand: rollouts 0-2 share the first state; rollouts 1 and 2 also share the
+    second ('b'), rollout 0's second state is its own, and rollout 3 started elsewhere."""
+    from rods_gym.trainer.grpo import state_advantages
+
+    group = [(["s0", "a"], [0.5, 0.5]), (["s0", "b"], [0.5, 0.0]), (["s0", "b"], [0.5, 0.5]), (["s1"], [0.0])]
+    # gamma 1: returns-to-go s0: 1.0, 0.5, 1.0 (mean 5/6); b: 0.0, 0.5 (mean 0.25)
+    plain = state_advantages([group], gamma=1.0, scale="none")[0]
+    assert plain == [[pytest.approx(1 / 6), 0.0], [pytest.approx(-1 / 3), pytest.approx(-0.25)],
+                     [pytest.approx(1 / 6), pytest.approx(0.25)], [0.0]]
+    scaled = state_advantages([group], gamma=1.0, scale="group", eps=0.0)[0]
+    std_s0 = float(torch.tensor([1.0, 0.5, 1.0]).std())
+    assert scaled[0][0] == pytest.approx((1.0 - 5 / 6) / std_s0)
+    assert scaled[1][1] == pytest.approx(-0.25 / float(torch.tensor([0.0, 0.5]).std()))
+    # a step group whose returns agree carries no signal; mismatched lengths are an error
+    same = state_advantages([[(["x"], [1.0]), (["x"], [1.0])]], gamma=0.9)[0]
+    assert same == [[0.0], [0.0]]
+    with pytest.raises(ValueError, match="2 states for 1 rewards"):
+        state_advantages([[(["x", "y"], [1.0])]])
+
+
+def test_weigh_negatives_scales_only_negative_advantages() -> None:
+    from rods_gym.trainer.grpo import weigh_negatives
+
+    adv = torch.tensor([[1.0, -2.0, 0.0, -0.5]])
+    assert weigh_negatives(adv, 0.25).tolist() == [[1.0, -0.5, 0.0, -0.125]]
+    assert weigh_negatives(adv, 1.0).tolist() == adv.tolist()
+    assert weigh_negatives(adv, 0.0).tolist() == [[1.0, 0.0, 0.0, 0.0]]
+    with pytest.raises(ValueError, match="negative advantage weight"):
+        weigh_negatives(adv, 1.5)
+
+
 def test_per_token_advantages_equal_to_the_sequence_value_give_the_same_loss() -> None:
     """A [B, T] advantage tensor equal to each sequence's value everywhere reproduces the [B] loss; a
     different value on one action's tokens changes only that action's terms."""

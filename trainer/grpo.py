@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Hashable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -42,6 +42,14 @@ def group_advantages(returns: torch.Tensor, scale: str = "group", eps: float = 1
     return centered / (std + eps)
 
 
+def weigh_negatives(advantages: torch.Tensor, weight: float) -> torch.Tensor:
+    """Scale the negative advantages by ``weight`` (1: plain GRPO; 0: learn only from rollouts
+    better than their group's mean, positive-sample reinforcement)."""
+    if not 0.0 <= weight <= 1.0:
+        raise ValueError(f"negative advantage weight must be in [0, 1], got {weight}")
+    return torch.where(advantages < 0, advantages * weight, advantages)
+
+
 def action_advantages(groups: Sequence[Sequence[Sequence[float]]], eps: float = 1e-4) -> list[list[list[float]]]:
     """Per-action advantages from per-action rewards: each action's reward standardized over all
     actions of its group (every rollout of the same task). ``groups[g][i][t]`` is the reward of
@@ -56,6 +64,52 @@ def action_advantages(groups: Sequence[Sequence[Sequence[float]]], eps: float = 
             continue
         mean = flat.mean()
         out.append([[float((r - mean) / (std + eps)) for r in rewards] for rewards in group])
+    return out
+
+
+def returns_to_go(rewards: Sequence[float], gamma: float) -> list[float]:
+    """``G_t = r_t + gamma * G_{t+1}`` for every action ``t`` of one rollout."""
+    out, acc = [0.0] * len(rewards), 0.0
+    for t in range(len(rewards) - 1, -1, -1):
+        acc = rewards[t] + gamma * acc
+        out[t] = acc
+    return out
+
+
+def state_advantages(groups: Sequence[Sequence[tuple[Sequence[Hashable], Sequence[float]]]], gamma: float = 0.95,
+                     scale: str = "group", eps: float = 1e-4) -> list[list[list[float]]]:
+    """Step advantages grouped by identical states (GiGPO's anchor states, Feng et al. 2025).
+
+    ``groups[g][i] = (states, rewards)`` for rollout ``i`` of task ``g``: the state each action was
+    taken from (any hashable key; equal keys mean the agent saw exactly the same history) and each
+    action's reward. Within a group, the actions taken from one state form a step group; an
+    action's advantage is its discounted return-to-go minus the step group's mean (divided by its
+    std with ``scale="group"``). Actions from a state no other rollout of the group visited, and
+    step groups whose returns all agree, get 0. The result is nested like ``groups``' rewards.
+    """
+    if scale not in SCALES:
+        raise ValueError(f"unknown advantage scale {scale!r}; choose one of {SCALES}")
+    out: list[list[list[float]]] = []
+    for group in groups:
+        rtg = [returns_to_go(rewards, gamma) for _, rewards in group]
+        by_state: dict[Hashable, list[tuple[int, int]]] = {}
+        for i, (states, rewards) in enumerate(group):
+            if len(states) != len(rewards):
+                raise ValueError(f"rollout {i}: {len(states)} states for {len(rewards)} rewards")
+            for t, key in enumerate(states):
+                by_state.setdefault(key, []).append((i, t))
+        adv = [[0.0] * len(g) for g in rtg]
+        for members in by_state.values():
+            if len(members) < 2:
+                continue
+            vals = torch.tensor([rtg[i][t] for i, t in members], dtype=torch.float64)
+            centered = vals - vals.mean()
+            if scale == "group":
+                std = vals.std()
+                centered = centered / (std + eps) if float(std) > 0 else torch.zeros_like(centered)
+            for (i, t), a in zip(members, centered.tolist()):
+                adv[i][t] = a
+        out.append(adv)
     return out
 
 
