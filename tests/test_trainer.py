@@ -90,10 +90,11 @@ def test_source_registry(task_file: Path, tmp_path: Path) -> None:
 
 
 # -- the loop, checkpoints and resume --------------------------------------------------------
-def _run(cfg: TrainConfig, start: Path, resume: bool = False):
+def _run(cfg: TrainConfig, start: Path, resume: bool = False, demos=None):
     seeds = seed_tasks()
     policy = load_policy(start)
-    result = grpo_train(cfg, policy, seeds, run_dir=cfg.run_dir, accelerator=Accelerator(cpu=True), resume=resume)
+    result = grpo_train(cfg, policy, seeds, run_dir=cfg.run_dir, accelerator=Accelerator(cpu=True), resume=resume,
+                        demos=demos)
     return policy, result
 
 
@@ -206,8 +207,9 @@ def test_cli_registers_train_sft_evaluate() -> None:
 
 
 def test_pipeline_runs_the_chat_view_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``rods train --config chat_tiny``: byte-level tiny Llama, chat template with tools, SFT, GRPO, eval, plot;
-    the warm start runs on ``sft.threads`` torch threads and the run's thread count comes back after it."""
+    """``rods train --config chat_tiny``: byte-level tiny Llama, chat template with tools, SFT, GRPO (with the
+    PPO-ptx term), greedy and sampled eval, plot; the warm start runs on ``sft.threads`` torch threads and the
+    run's thread count comes back after it."""
     from rods_gym.trainer import pipeline
     from rods_gym.trainer.pipeline import run_training
 
@@ -222,7 +224,7 @@ def test_pipeline_runs_the_chat_view_end_to_end(tmp_path: Path, monkeypatch: pyt
     before = torch.get_num_threads()
     cfg = load_config("chat_tiny", [f"run_dir={tmp_path / 'chat'}", "tensorboard=false", "progress_bar=false",
                                     "eval.splits=[dev]", "eval.tasks=2", "sft.demos=4", "rollout.max_action_tokens=24",
-                                    "threads=1", "sft.threads=2"])
+                                    "threads=1", "sft.threads=2", "eval.samples=2", "grpo.sft_weight=0.5"])
     try:
         summary = run_training(cfg)
         assert sft_threads == [2] and torch.get_num_threads() == 1
@@ -230,10 +232,14 @@ def test_pipeline_runs_the_chat_view_end_to_end(tmp_path: Path, monkeypatch: pyt
         torch.set_num_threads(before)
     assert summary["grpo_steps"] == 2 and summary["episodes"] == 8
     assert set(summary["before"]) == set(summary["after"]) == {"dev"}
+    for when in ("before", "after"):  # eval.samples: 2 sampled episodes per task beside the greedy one
+        assert summary[when]["dev"]["episodes"] == 2
+        assert summary[when]["dev"]["sampled"]["samples"] == 2 and summary[when]["dev"]["sampled"]["episodes"] == 4
     assert (tmp_path / "chat" / "training_curve.png").stat().st_size > 1000
     assert (tmp_path / "chat" / "sft_policy" / "chat_template.jinja").exists()
     records = read_jsonl(tmp_path / "chat" / "metrics.jsonl")
     assert [r["step"] for r in records] == [1, 2] and all(r["gen_tokens"] > 0 for r in records)
+    assert all(r["sft_loss"] > 0 for r in records)  # grpo.sft_weight: the pipeline hands the demonstrations on
     saved = json.loads((tmp_path / "chat" / "summary.json").read_text())
     assert saved["policy"] == "tiny-chat" and saved["env_id"] == "rods/ToolChain-Easy-Chat-v0"
 
@@ -241,7 +247,7 @@ def test_pipeline_runs_the_chat_view_end_to_end(tmp_path: Path, monkeypatch: pyt
 def test_warm_start_data_seeds_or_fresh_sampled_tasks() -> None:
     """``sft.data``: the first seeds, or fresh tasks drawn like them that are none of the seeds."""
     from rods_gym import load_split
-    from rods_gym.trainer.pipeline import demonstration_tasks
+    from rods_gym.trainer.sft import demonstration_tasks
 
     seeds = load_split("train")
     assert demonstration_tasks(load_config(None, ["sft.demos=5"]), seeds, "compact") == seeds[:5]
@@ -310,3 +316,58 @@ def test_action_level_term_trains_on_per_action_rewards(task_file: Path, warm_po
                                                                                  [0.0] * 6),
                     rewards=[0.5, 0.0], action_spans=[(1, 3), (4, 5)])
     assert token_advantages(tr, 0.25, [1.0, -1.0], 0.5) == [0.0, 0.75, 0.75, 0.0, -0.25, 0.0]
+
+
+def test_advantage_and_loss_options_change_the_update(task_file: Path, warm_policy: Path,
+                                                                         tmp_path: Path) -> None:
+    """``grpo.action_grouping: state`` (GiGPO), ``grpo.negative_weight``, ``grpo.gamma`` and
+    ``grpo.sft_weight`` (PPO-ptx) train on the same rollouts as plain GRPO but update differently;
+    ``action_states`` keys two actions alike only for one history."""
+    from rods_gym.trainer.loop import action_states
+    from rods_gym.trainer.rollout import Trajectory
+    from rods_gym.trainer.transcript import Transcript
+
+    plain, _ = _run(tiny_config(task_file, tmp_path / "plain", steps="1"), warm_policy)
+    variants = {"state": {"grpo.action_weight": "1.0", "grpo.action_grouping": "state"},
+                "positive": {"grpo.negative_weight": "0.0"}, "discounted": {"grpo.gamma": "0.5"}}
+    for name, overrides in variants.items():
+        other, _ = _run(tiny_config(task_file, tmp_path / name, steps="1", **overrides), warm_policy)
+        rec = [read_jsonl(tmp_path / n / "metrics.jsonl")[0] for n in ("plain", name)]
+        assert rec[0]["gen_tokens"] == rec[1]["gen_tokens"], name  # same rollouts
+        assert any(not torch.equal(a, b) for a, b in zip(plain.model.parameters(), other.model.parameters())), name
+
+    # PPO-ptx: the imitation term joins every optimizer step (logged as sft_loss) and changes the update
+    from rods_gym.trainer.sft import make_demonstrations
+
+    demos = make_demonstrations(load_policy(warm_policy), seed_tasks()[:4], "rods/ToolChain-Compact-v0")
+    ptx_cfg = tiny_config(task_file, tmp_path / "ptx", steps="1", **{"grpo.sft_weight": "1.0", "grpo.sft_batch": "2"})
+    ptx, _ = _run(ptx_cfg, warm_policy, demos=demos)
+    rec = [read_jsonl(tmp_path / n / "metrics.jsonl")[0] for n in ("plain", "ptx")]
+    assert rec[0]["gen_tokens"] == rec[1]["gen_tokens"] and rec[0]["sft_loss"] == 0.0 < rec[1]["sft_loss"]
+    assert any(not torch.equal(a, b) for a, b in zip(plain.model.parameters(), ptx.model.parameters()))
+    # without demonstrations handed in, the loop builds the warm start's own (sft.data: the first seeds here)
+    built, _ = _run(tiny_config(task_file, tmp_path / "built", steps="1", **{"grpo.sft_weight": "1.0",
+                                                                         "grpo.sft_batch": "2", "sft.demos": "4"}),
+                    warm_policy)
+    assert read_jsonl(tmp_path / "built" / "metrics.jsonl")[0]["sft_loss"] > 0
+    with pytest.raises(ValueError, match="sft_weight"):
+        load_config(None, ["grpo.sft_weight=1", "sft.enabled=false"])
+
+    def traj(ids: list[int], spans: list[tuple[int, int]]) -> Trajectory:
+        transcript = Transcript(ids, [0] * len(ids), [0.0] * len(ids))
+        return Trajectory(task=seed_tasks()[0], task_index=0, transcript=transcript, rewards=[0.0] * len(spans),
+                          action_spans=spans)
+
+    discounted = traj([5, 6, 7, 8, 9, 10], [(1, 2), (3, 4), (4, 5)])
+    discounted.rewards = [0.5, 0.0, 0.5]
+    assert discounted.discounted_return(0.5) == pytest.approx(0.5 + 0.25 * 0.5)
+    assert discounted.discounted_return(1.0) == discounted.ret == 1.0
+    for bad in ("grpo.gamma=0", "grpo.gamma=1.5", "grpo.negative_weight=-0.1", "grpo.action_grouping=states"):
+        with pytest.raises(ValueError, match=bad.split("=")[0]):
+            load_config(None, [bad])
+
+    a = action_states(traj([5, 6, 7, 8, 9], [(1, 2), (3, 4)]))
+    b = action_states(traj([5, 6, 7, 4, 9], [(1, 2), (3, 4)]))
+    c = action_states(traj([5, 1, 7, 8, 9], [(1, 2), (3, 4)]))
+    assert a[0] == b[0] == c[0]  # the same first history
+    assert a[1] == b[1] and a[1] != c[1]  # the second differs once an earlier token does

@@ -89,6 +89,21 @@ class GRPOConfig:
     # progress gain, minus penalties) standardized over all actions of its group (grpo.action_advantages).
     # 0: plain GRPO (one episode-level advantage for every token of a rollout)
     action_weight: float = 0.0
+    # how the action-level term groups actions: "group" standardizes each action's own reward over
+    # all actions of its group; "state" (GiGPO) compares the discounted return-to-go (action_gamma)
+    # of actions taken from the same state (the same history) within the group
+    action_grouping: str = "group"
+    action_gamma: float = 0.95
+    # discount of the episode return that advantages and the curriculum's detector use,
+    # R = sum_t gamma**t * r_t over the episode's actions. Below 1, progress made later counts less:
+    # a right first call beats an error and a retry, and trying still beats giving up (1: final progress)
+    gamma: float = 1.0
+    # PPO-ptx (InstructGPT): weight of the warm start's imitation loss on a batch of its oracle
+    # demonstrations (``sft_batch`` of them) added to every GRPO optimizer step; 0 disables it
+    sft_weight: float = 0.0
+    sft_batch: int = 32
+    # scale of negative episode advantages (1: plain GRPO; 0: positive-sample reinforcement only)
+    negative_weight: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -116,6 +131,9 @@ class EvalConfig:
     tasks: int = 200  # per split (first N tasks)
     every: int = 0  # GRPO steps between evaluations (0: only before and after)
     batch_episodes: int = 256
+    # also this many sampled episodes per task at rollout.temperature (a fixed random stream, so runs
+    # compare paired), reported as "sampled" beside the greedy figures: the policy GRPO trains. 0: greedy only
+    samples: int = 0
 
 
 @dataclass(frozen=True)
@@ -157,6 +175,7 @@ CHOICES = {
     ("grpo", "scale_rewards"): ("group", "none"),
     ("grpo", "aggregation"): ("token", "sequence", "dr_grpo"),
     ("grpo", "scheduler"): ("constant", "linear", "cosine"),
+    ("grpo", "action_grouping"): ("group", "state"),
     ("policy", "dtype"): ("float32", "bfloat16", "float16"),
     ("policy", "compact_tokens"): ("words", "pieces"),
     ("sft", "data"): ("seeds", "sampled"),
@@ -180,6 +199,16 @@ def check_config(cfg: TrainConfig) -> None:
         raise ValueError("config grpo.eps_low must lie in [0, 1) and grpo.eps_high be >= 0")
     if cfg.rollout.error_penalty < 0:
         raise ValueError(f"config rollout.error_penalty must be >= 0 (it is subtracted), got {cfg.rollout.error_penalty}")
+    if cfg.grpo.sft_weight < 0 or cfg.grpo.sft_batch < 1:
+        raise ValueError("config grpo.sft_weight must be >= 0 and grpo.sft_batch >= 1")
+    if cfg.grpo.sft_weight > 0 and not cfg.sft.enabled:
+        raise ValueError("config grpo.sft_weight > 0 needs the warm start's demonstrations (sft.enabled: true)")
+    if not 0.0 < cfg.grpo.gamma <= 1.0:
+        raise ValueError(f"config grpo.gamma must lie in (0, 1], got {cfg.grpo.gamma}")
+    if not 0.0 <= cfg.grpo.negative_weight <= 1.0:
+        raise ValueError(f"config grpo.negative_weight must lie in [0, 1], got {cfg.grpo.negative_weight}")
+    if cfg.eval.samples < 0:
+        raise ValueError(f"config eval.samples must be >= 0, got {cfg.eval.samples}")
     if cfg.threads < 0 or cfg.sft.threads < 0:
         raise ValueError("config threads and sft.threads must be >= 0 (0: torch's default / the run's threads)")
     if cfg.steps < 0 or cfg.checkpoint_every < 0 or cfg.keep_checkpoints < 1:

@@ -36,10 +36,12 @@ from .checkpoint import (finish_checkpoint, latest_checkpoint, load_rank_rng, lo
 from .config import TrainConfig
 from .curricula.arms import DynamicSampling
 from .evaluation import summarize
-from .grpo import Batch, LossSettings, action_advantages, grpo_loss, group_advantages, make_batch, token_logprobs
+from .grpo import (Batch, LossSettings, action_advantages, grpo_loss, group_advantages, make_batch, state_advantages,
+                   token_logprobs, weigh_negatives)
 from .metrics import MetricsLogger
 from .policy import Policy, load_policy, save_policy
 from .rollout import RolloutEngine, RolloutSettings, RolloutStats, Trajectory
+from .sft import Demo, demonstrations, pad_right, sft_loss
 from .sources import make_source, source_env_options
 from .task_source import GroupResult, TaskSource
 
@@ -93,6 +95,21 @@ def token_advantages(tr: Trajectory, episode: float, actions: Sequence[float], w
     return out
 
 
+def sft_batch_loss(model: torch.nn.Module, pad_id: int, demos: Sequence[Demo], n: int,
+                   rng: np.random.Generator) -> torch.Tensor:
+    """The imitation loss (``sft.sft_loss``) of ``n`` demonstrations drawn from ``demos`` by ``rng``."""
+    picked = [demos[i] for i in rng.choice(len(demos), size=min(n, len(demos)), replace=False)]
+    ids, attn, amask = pad_right([d.transcript.ids for d in picked], [d.transcript.action_mask for d in picked], pad_id)
+    device = next(model.parameters()).device
+    return sft_loss(model, ids.to(device), attn.to(device), amask.to(device))
+
+
+def action_states(tr: Trajectory) -> list[bytes]:
+    """A key per action of ``tr`` for the history it was taken from (the token ids before it)."""
+    ids = torch.as_tensor(tr.transcript.ids, dtype=torch.int32).numpy()
+    return [ids[:start].tobytes() for start, _ in tr.action_spans]
+
+
 def _light(tr: Trajectory) -> Trajectory:
     """A trajectory without its token stream (for gathering summaries across processes)."""
     out = copy.copy(tr)
@@ -117,9 +134,11 @@ def rollout_seed(step: int, round_: int, rank: int, world: int, rounds_per_step:
 
 
 def rollout_round(engine: RolloutEngine, source: TaskSource, tasks: Sequence[TaskSpec], group_size: int,
-                  accelerator: Accelerator, *, generator: torch.Generator, model: Any, seed: int) -> RolloutRound:
+                  accelerator: Accelerator, *, generator: torch.Generator, model: Any, seed: int,
+                  gamma: float = 1.0) -> RolloutRound:
     """``group_size`` rollouts of every task; process ``rank`` runs tasks ``rank, rank + world, ...``
-    and the summaries are gathered so every process builds the same groups."""
+    and the summaries are gathered so every process builds the same groups. A group's returns are
+    discounted by ``gamma`` (``grpo.gamma``): the curriculum sees the returns the advantages use."""
     rank, world = accelerator.process_index, accelerator.num_processes
     options = [source_env_options(source, t) for t in tasks]
     mine = list(range(rank, len(tasks), world))
@@ -136,8 +155,9 @@ def rollout_round(engine: RolloutEngine, source: TaskSource, tasks: Sequence[Tas
     by_task: list[list[Trajectory]] = [[] for _ in tasks]
     for tr in gathered:
         by_task[tr.task_index].append(tr)
-    groups = [GroupResult(task=tasks[i], returns=tuple(t.ret for t in grp), successes=tuple(t.success for t in grp),
-                          env_options=options[i]) for i, grp in enumerate(by_task)]
+    groups = [GroupResult(task=tasks[i], returns=tuple(t.discounted_return(gamma) for t in grp),
+                          successes=tuple(t.success for t in grp), env_options=options[i])
+              for i, grp in enumerate(by_task)]
     return RolloutRound(groups, by_task, local, stats)
 
 
@@ -156,8 +176,10 @@ def select_groups(source: Any, rounds: Sequence[RolloutRound]) -> list[int]:
 
 
 def evaluate_sets(engine: RolloutEngine, eval_sets: Mapping[str, Sequence[TaskSpec]], accelerator: Accelerator,
-                  batch_episodes: int, model: Any) -> dict[str, dict[str, Any]]:
-    """Greedy evaluation of every set, split across processes, summarized on all of them."""
+                  batch_episodes: int, model: Any, samples: int = 0, seed: int = 0) -> dict[str, dict[str, Any]]:
+    """Greedy evaluation of every set, split across processes, summarized on all of them. With
+    ``samples`` > 0, also that many episodes per task sampled at the engine's temperature from a
+    generator seeded by ``seed`` and the rank, summarized under the set's ``"sampled"`` key."""
     rank, world = accelerator.process_index, accelerator.num_processes
     out = {}
     for name, tasks in eval_sets.items():
@@ -167,6 +189,15 @@ def evaluate_sets(engine: RolloutEngine, eval_sets: Mapping[str, Sequence[TaskSp
             chunk, _ = engine.run(mine[start:start + batch_episodes], 1, greedy=True, seed=start, model=model)
             trajs.extend(_light(t) for t in chunk)
         out[name] = summarize(gather_object(trajs) if world > 1 else trajs)
+        if samples > 0:
+            generator = torch.Generator(device=engine.policy.device).manual_seed(seed * 1_000_003 + rank)
+            drawn: list[Trajectory] = []
+            per_batch = max(1, batch_episodes // samples)
+            for start in range(0, len(mine), per_batch):
+                chunk, _ = engine.run(mine[start:start + per_batch], samples, seed=start, model=model,
+                                      generator=generator)
+                drawn.extend(_light(t) for t in chunk)
+            out[name]["sampled"] = {"samples": samples, **summarize(gather_object(drawn) if world > 1 else drawn)}
     return out
 
 
@@ -186,7 +217,10 @@ def reference_logprobs(ref_model: torch.nn.Module, batch: Batch, micro: int, tem
 
 def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, run_dir: str | Path,
                accelerator: Accelerator, eval_sets: Mapping[str, Sequence[TaskSpec]] | None = None,
-               resume: bool = False, source: TaskSource | None = None) -> LoopResult:
+               resume: bool = False, source: TaskSource | None = None,
+               demos: Sequence[Demo] | None = None) -> LoopResult:
+    """GRPO on ``source``'s tasks (by default ``data.source`` over ``seeds``). ``demos``: the oracle
+    demonstrations ``grpo.sft_weight`` imitates alongside (PPO-ptx); built from ``sft.data`` when not given."""
     run_dir = Path(run_dir)
     ckpt_root = run_dir / "checkpoints"
     rank, world = accelerator.process_index, accelerator.num_processes
@@ -195,6 +229,8 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
     if r.tasks_per_step % world:
         raise ValueError(f"rollout.tasks_per_step={r.tasks_per_step} must be divisible by the number of processes ({world})")
     eval_sets = dict(eval_sets or {})
+    if g.sft_weight > 0 and not demos:  # PPO-ptx imitates the warm start's demonstrations: built here if not given
+        demos = demonstrations(cfg, policy, seeds)
 
     # -- state: source, optimizer, scheduler, generator; restored from the latest checkpoint -----
     source = source if source is not None else make_source(cfg.data.source, cfg, seeds, rng_seed=cfg.seed)
@@ -280,7 +316,7 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
                 if not more:
                     break
             rnd = rollout_round(engine, source, more, r.group_size, accelerator, generator=generator, model=unwrapped,
-                                seed=rollout_seed(step, round_, rank, world, 1 + refill_rounds))
+                                seed=rollout_seed(step, round_, rank, world, 1 + refill_rounds), gamma=g.gamma)
             source.observe(step, rnd.groups)
             rounds.append(rnd)
 
@@ -290,11 +326,17 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         kept = select_groups(source, rounds) if dynamic else list(range(len(every)))
         mine_kept = [rounds[round_].local[i] for round_, i in (every[j] for j in kept) if i % world == rank]
         trajs = [tr for grp in mine_kept for tr in grp]
-        returns = torch.tensor([[tr.ret for tr in grp] for grp in mine_kept], dtype=torch.float32)
-        advantages = (group_advantages(returns, g.scale_rewards, g.adv_eps).view(-1).tolist() if mine_kept else [])
+        returns = torch.tensor([[tr.discounted_return(g.gamma) for tr in grp] for grp in mine_kept],
+                               dtype=torch.float32)
+        advantages = (weigh_negatives(group_advantages(returns, g.scale_rewards, g.adv_eps), g.negative_weight)
+                      .view(-1).tolist() if mine_kept else [])
         if g.action_weight > 0 and mine_kept:  # episode advantage on every token + the action's own term
-            per_action = [a for grp in action_advantages([[tr.rewards for tr in grp] for grp in mine_kept], g.adv_eps)
-                          for a in grp]
+            if g.action_grouping == "state":
+                grouped = state_advantages([[(action_states(tr), tr.rewards) for tr in grp] for grp in mine_kept],
+                                           g.action_gamma, g.scale_rewards, g.adv_eps)
+            else:
+                grouped = action_advantages([[tr.rewards for tr in grp] for grp in mine_kept], g.adv_eps)
+            per_action = [a for grp in grouped for a in grp]
             advantages = [token_advantages(tr, a_ep, a_act, g.action_weight)
                           for tr, a_ep, a_act in zip(trajs, advantages, per_action)]
 
@@ -304,7 +346,7 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         t1 = time.perf_counter()
         sums = {"tokens": 0.0, "clip_low": 0.0, "clip_high": 0.0, "entropy": 0.0, "kl": 0.0, "kl_old": 0.0,
                 "ratio": 0.0}
-        losses, grad_norms, update_tokens = [], [], 0.0
+        losses, grad_norms, ptx_losses, update_tokens = [], [], [], 0.0
         if kept:
             n_null = max(0, g.minibatches - len(trajs))
             null_ids = [policy.pad_id, policy.pad_id]
@@ -331,6 +373,12 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
                     by_len = sorted(mb.tolist(), key=lambda i: int(batch.attention_mask[i].sum()))
                     micro = [by_len[s:s + g.micro_batch_size] for s in range(0, len(by_len), g.micro_batch_size)]
                     mb_loss = 0.0
+                    if g.sft_weight > 0:  # PPO-ptx: imitation on demonstrations; the GRPO micro-batches sync after it
+                        with accelerator.no_sync(model) if world > 1 else nullcontext():
+                            ptx = sft_batch_loss(model, policy.pad_id, demos, g.sft_batch,
+                                                 np.random.default_rng([cfg.seed, step, epoch, len(losses), rank]))
+                            accelerator.backward(g.sft_weight * ptx)
+                        ptx_losses.append(float(ptx.detach()))
                     for k, idx in enumerate(micro):
                         sub = batch.select(idx)
                         sync = k == len(micro) - 1
@@ -356,15 +404,17 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         stat_vec = torch.tensor([sums[k] for k in sums] + [sum(s.gen_time for s in rs), sum(s.env_time for s in rs),
                                                            float(sum(s.gen_tokens for s in rs)), update_tokens,
                                                            float(np.mean(losses)) if losses else 0.0,
-                                                           float(np.mean(grad_norms)) if grad_norms else 0.0])
+                                                           float(np.mean(grad_norms)) if grad_norms else 0.0,
+                                                           float(np.mean(ptx_losses)) if ptx_losses else 0.0])
         if world > 1:
             stat_vec = accelerator.reduce(stat_vec, reduction="sum")
-        tot = dict(zip(list(sums) + ["gen_time", "env_time", "gen_tokens", "update_tokens", "loss", "grad_norm"],
+        tot = dict(zip(list(sums) + ["gen_time", "env_time", "gen_tokens", "update_tokens", "loss", "grad_norm",
+                                    "sft_loss"],
                        stat_vec.tolist()))
         groups = [grp for rnd in rounds for grp in rnd.light]
         all_trajs = [t for grp in groups for t in grp]
         rets = np.array([t.ret for t in all_trajs])
-        stds = [float(np.std([t.ret for t in grp])) for grp in groups]
+        stds = [float(np.std([t.discounted_return(g.gamma) for t in grp])) for grp in groups]
         actions = sum(t.turns for t in all_trajs)
         ntok = max(tot["tokens"], 1.0)
         record = {
@@ -379,6 +429,7 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
             # each process's loss is its share of the global normalizer, so the global loss is their mean
             # (loss and grad_norm are 0 on a step without an update: the source kept no group)
             "loss": tot["loss"] / world, "grad_norm": tot["grad_norm"] / world,
+            "sft_loss": tot["sft_loss"] / world,  # the PPO-ptx term (grpo.sft_weight); 0 when off
             "kl": tot["kl"] / ntok, "kl_old": tot["kl_old"] / ntok,
             "clip_frac": (tot["clip_low"] + tot["clip_high"]) / ntok, "clip_low": tot["clip_low"] / ntok,
             "clip_high": tot["clip_high"] / ntok, "entropy": tot["entropy"] / ntok, "ratio": tot["ratio"] / ntok,
@@ -403,7 +454,8 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
 
         # 5. periodic evaluation and checkpoint
         if eval_sets and cfg.eval.every and (step + 1) % cfg.eval.every == 0:
-            res = evaluate_sets(eval_engine, eval_sets, accelerator, cfg.eval.batch_episodes, unwrapped)
+            res = evaluate_sets(eval_engine, eval_sets, accelerator, cfg.eval.batch_episodes, unwrapped,
+                                cfg.eval.samples, cfg.seed)
             evals.append({"step": step + 1, **{k: _scalars(v) for k, v in res.items()}})
             if main and logger is not None:
                 for rec in eval_records(evals[-1]):

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
-import gymnasium as gym
 import torch
 from accelerate import Accelerator
 
@@ -25,20 +24,13 @@ from .loop import LoopResult, env_kwargs, eval_settings, evaluate_sets, grpo_tra
 from .plots import plot_training_curve
 from .policy import Policy, load_policy, make_policy, save_policy
 from .rollout import RolloutEngine
-from .sft import make_demonstrations, train_sft
+from .sft import Demo, demonstrations, env_mode, train_sft
 from .tasks import load_tasks, spread, using_fallback
 
 
 def make_accelerator() -> Accelerator:
     """GPU when there is one; otherwise CPU (``gloo`` when launched with several processes)."""
     return Accelerator(cpu=not torch.cuda.is_available())
-
-
-def env_mode(env_id: str) -> str:
-    env = gym.make(env_id)
-    mode = env.unwrapped.mode
-    env.close()
-    return mode
 
 
 def _print(accelerator: Accelerator, *args: Any) -> None:
@@ -58,28 +50,25 @@ def _success_table(before: Mapping[str, Any], after: Mapping[str, Any]) -> str:
             b = b_depth.get(d, {}).get("success", float("nan"))
             a = a_depth.get(d, {}).get("success", float("nan"))
             lines.append(f"{split:8s} {'depth ' + str(d):9s} {b:7.3f} {a:7.3f}")
+        if "sampled" in before[split] and "sampled" in after[split]:
+            k = before[split]["sampled"]["samples"]
+            for metric in ("success", "progress"):
+                lines.append(f"{split:8s} {metric[:4] + f' T x{k}':9s} {before[split]['sampled'][metric]:7.3f} "
+                             f"{after[split]['sampled'][metric]:7.3f}")
     return "\n".join(lines)
 
 
-def demonstration_tasks(cfg: TrainConfig, seeds: list, mode: str) -> list:
-    """The tasks the warm start imitates: the first seeds, or fresh tasks drawn like them (``sft.data``)."""
-    if cfg.sft.data == "seeds":
-        return seeds[: cfg.sft.demos]
-    from rods_gym.envs.build_tasksets import demonstration_tasks as fresh
-
-    return fresh(cfg.sft.demos, seed=cfg.sft.data_seed, view=mode)
-
-
 def warm_start(cfg: TrainConfig, policy: Policy, seeds: list, accelerator: Accelerator, run_dir: Path,
-               resume: bool, log: Callable[..., None]) -> dict[str, Any]:
-    """SFT on oracle demonstrations (``sft.data``); saves ``sft_policy/``. Returns its record."""
+               resume: bool, log: Callable[..., None], demos: list[Demo] | None = None) -> dict[str, Any]:
+    """SFT on oracle demonstrations (``sft.data``; ``demos`` when given, else built here); saves
+    ``sft_policy/``. Returns its record."""
     sft_dir = run_dir / "sft_policy"
     if resume and (sft_dir / "config.json").exists():
         policy.model.load_state_dict(load_policy(sft_dir, dtype=cfg.policy.dtype).model.state_dict())
         log(f"sft: resumed the warm start from {sft_dir}")
         return json.loads((run_dir / "sft.json").read_text()) if (run_dir / "sft.json").exists() else {}
     t0 = time.perf_counter()
-    demos = make_demonstrations(policy, demonstration_tasks(cfg, seeds, env_mode(cfg.data.env_id)), cfg.data.env_id)
+    demos = demos if demos is not None else demonstrations(cfg, policy, seeds)
     with torch_threads(cfg.sft.threads):
         losses = train_sft(policy, demos, cfg.sft, seed=cfg.seed, accelerator=accelerator)
     record = {"data": cfg.sft.data, "demos": len(demos), "steps": cfg.sft.steps, "final_loss": losses[-1] if losses else None,
@@ -134,24 +123,31 @@ def run_training(cfg: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
     policy = make_policy(cfg.policy, mode)
     n_params = sum(p.numel() for p in policy.model.parameters())
     log(f"policy {policy.name}: {n_params / 1e6:.2f}M parameters, vocabulary {len(policy.tokenizer)}")
-    sft_record = warm_start(cfg, policy, seeds, accelerator, run_dir, resume, log) if cfg.sft.enabled else {}
+    # PPO-ptx (grpo.sft_weight) imitates the warm start's demonstrations during GRPO too: built once
+    demos = demonstrations(cfg, policy, seeds) if cfg.grpo.sft_weight > 0 else None
+    sft_record = warm_start(cfg, policy, seeds, accelerator, run_dir, resume, log, demos) if cfg.sft.enabled else {}
 
     engine = RolloutEngine(policy, cfg.data.env_id, eval_settings(cfg), env_kwargs(cfg))
     before_file = run_dir / "eval_before.json"
     if resume and before_file.exists():
         before = json.loads(before_file.read_text())
     else:
-        before = evaluate_sets(engine, eval_sets, accelerator, cfg.eval.batch_episodes, policy.model)
+        before = evaluate_sets(engine, eval_sets, accelerator, cfg.eval.batch_episodes, policy.model, cfg.eval.samples,
+                               cfg.seed)
         if accelerator.is_main_process:
             before_file.write_text(json.dumps(before, indent=2))
     for split, res in before.items():
-        log(f"before GRPO: {split} success {res['success']:.3f} progress {res['progress']:.3f}")
+        sampled = res.get("sampled")
+        log(f"before GRPO: {split} success {res['success']:.3f} progress {res['progress']:.3f}"
+            + (f"; sampled x{sampled['samples']}: success {sampled['success']:.3f} progress {sampled['progress']:.3f}"
+               if sampled else ""))
 
     t_grpo = time.perf_counter()
     loop: LoopResult = grpo_train(cfg, policy, seeds, run_dir=run_dir, accelerator=accelerator, eval_sets=eval_sets,
-                                  resume=resume)
+                                  resume=resume, demos=demos)
     grpo_seconds = time.perf_counter() - t_grpo
-    after = evaluate_sets(engine, eval_sets, accelerator, cfg.eval.batch_episodes, policy.model)
+    after = evaluate_sets(engine, eval_sets, accelerator, cfg.eval.batch_episodes, policy.model, cfg.eval.samples,
+                          cfg.seed)
     summary = {
         "name": cfg.name, "env_id": cfg.data.env_id, "policy": policy.name, "parameters": n_params,
         "processes": accelerator.num_processes, "sft": sft_record, "grpo_steps": loop.steps_done,

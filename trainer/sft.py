@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from rods_gym.task import TaskSpec
 
-from .config import SFTConfig
+from .config import SFTConfig, TrainConfig
 from .policy import Policy
 from .rollout import conversation_start, conversation_step
 from .transcript import ChatCodec, Transcript
@@ -55,6 +55,28 @@ def make_demonstrations(policy: Policy, tasks: Sequence[TaskSpec], env_id: str,
         demos.append(Demo(task, tr, bool(info["success"])))
     env.close()
     return demos
+
+
+def demonstration_tasks(cfg: TrainConfig, seeds: Sequence[TaskSpec], mode: str) -> list[TaskSpec]:
+    """The tasks the warm start imitates: the first seeds, or fresh tasks drawn like them (``sft.data``)."""
+    if cfg.sft.data == "seeds":
+        return list(seeds[: cfg.sft.demos])
+    from rods_gym.envs.build_tasksets import demonstration_tasks as fresh
+
+    return fresh(cfg.sft.demos, seed=cfg.sft.data_seed, view=mode)
+
+
+def demonstrations(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec]) -> list[Demo]:
+    """The oracle demonstrations of the warm start's tasks (``sft.data``), as token ids."""
+    return make_demonstrations(policy, demonstration_tasks(cfg, seeds, env_mode(cfg.data.env_id)), cfg.data.env_id)
+
+
+def env_mode(env_id: str) -> str:
+    """The view (chat, compact, structured) of a registered environment."""
+    env = gym.make(env_id)
+    mode = env.unwrapped.mode
+    env.close()
+    return mode
 
 
 def sft_loss(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor, action_mask: torch.Tensor,
