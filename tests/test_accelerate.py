@@ -56,6 +56,17 @@ WORKER = textwrap.dedent("""
                              "grpo.lr=1e-3", "grpo.micro_batch_size=4", "grpo.minibatches=2"])
     trained = load_policy(warm)
     result = grpo_train(cfg, trained, seeds, run_dir=cfg.run_dir, accelerator=acc)
+
+    # 3. the same with the PPO-ptx term: each rank imitates its own demonstrations, DDP averages them
+    ptx_cfg = load_config(None, [f"run_dir={out / 'ptx'}", "steps=2", "time_limit_min=0", "checkpoint_every=0",
+                                 "tensorboard=false", "progress_bar=false", "rollout.group_size=3",
+                                 "rollout.tasks_per_step=4", "rollout.max_action_tokens=8", "rollout.max_turns=4",
+                                 "grpo.lr=1e-3", "grpo.micro_batch_size=4", "grpo.minibatches=2",
+                                 "grpo.sft_weight=1.0", "grpo.sft_batch=2", "sft.demos=8"])
+    ptx_policy = load_policy(warm)
+    ptx_result = grpo_train(ptx_cfg, ptx_policy, seeds, run_dir=ptx_cfg.run_dir, accelerator=acc)
+    torch.save({"ptx_weights": torch.cat([p.detach().flatten() for p in ptx_policy.model.parameters()]),
+                "ptx_history": ptx_result.history}, out / f"ptx{rank}.pt")
     torch.save({"rank": rank, "world": world, "backend": acc.state.backend, "local": local, "synced": synced, "every_local": every_local,
                 "weights": torch.cat([p.detach().flatten() for p in trained.model.parameters()]),
                 "history": result.history}, out / f"rank{rank}.pt")
@@ -102,6 +113,10 @@ def test_two_cpu_processes_average_gradients_and_stay_identical(tmp_path: Path) 
     assert torch.equal(r0["weights"], r1["weights"])
     start = torch.cat([p.detach().flatten() for p in load_policy(warm).model.parameters()])
     assert not torch.allclose(r0["weights"], start)
+    # with the PPO-ptx term too (different demonstrations per rank): identical weights, unlike the plain run's
+    p0, p1 = (torch.load(tmp_path / f"ptx{r}.pt", weights_only=False) for r in (0, 1))
+    assert torch.equal(p0["ptx_weights"], p1["ptx_weights"]) and not torch.equal(p0["ptx_weights"], r0["weights"])
+    assert all(h["sft_loss"] > 0 for h in p0["ptx_history"])
     # the metrics cover the episodes of both ranks (4 tasks x 3 rollouts)
     assert [h["episodes"] for h in r0["history"]] == [12, 12]
     # and every process logged the same (gathered) training statistics
