@@ -30,7 +30,9 @@ from rods_gym.trainer.policy import load_policy
 from rods_gym.trainer.rollout import RolloutEngine
 from rods_gym.trainer.tasks import load_tasks
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # the helper modules next to this script (already there when run as a script)
+    sys.path.insert(0, str(HERE))
 from _de_stats import bootstrap_mean_1d, rng_for  # noqa: E402
 
 METRICS = ("success", "progress")

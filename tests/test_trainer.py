@@ -323,6 +323,7 @@ def test_advantage_and_loss_options_change_the_update(task_file: Path, warm_poli
     """``grpo.action_grouping: state`` (GiGPO), ``grpo.negative_weight``, ``grpo.gamma`` and
     ``grpo.sft_weight`` (PPO-ptx) train on the same rollouts as plain GRPO but update differently;
     ``action_states`` keys two actions alike only for one history."""
+    from rods_gym.trainer.grpo import discounted_return
     from rods_gym.trainer.loop import action_states
     from rods_gym.trainer.rollout import Trajectory
     from rods_gym.trainer.transcript import Transcript
@@ -360,8 +361,8 @@ def test_advantage_and_loss_options_change_the_update(task_file: Path, warm_poli
 
     discounted = traj([5, 6, 7, 8, 9, 10], [(1, 2), (3, 4), (4, 5)])
     discounted.rewards = [0.5, 0.0, 0.5]
-    assert discounted.discounted_return(0.5) == pytest.approx(0.5 + 0.25 * 0.5)
-    assert discounted.discounted_return(1.0) == discounted.ret == 1.0
+    assert discounted_return(discounted.rewards, 0.5) == pytest.approx(0.5 + 0.25 * 0.5)
+    assert discounted_return(discounted.rewards, 1.0) == discounted.ret == 1.0
     for bad in ("grpo.gamma=0", "grpo.gamma=1.5", "grpo.negative_weight=-0.1", "grpo.action_grouping=states"):
         with pytest.raises(ValueError, match=bad.split("=")[0]):
             load_config(None, [bad])

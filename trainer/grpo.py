@@ -42,6 +42,15 @@ def group_advantages(returns: torch.Tensor, scale: str = "group", eps: float = 1
     return centered / (std + eps)
 
 
+def standardized(values: torch.Tensor, scale: str = "group", eps: float = 1e-4) -> torch.Tensor:
+    """``values`` minus their mean, divided by their std + ``eps`` with ``scale="group"``; all zeros
+    when fewer than two values or they all agree (no signal)."""
+    if values.numel() < 2 or float(values.std()) == 0.0:
+        return torch.zeros_like(values)
+    centered = values - values.mean()
+    return centered / (values.std() + eps) if scale == "group" else centered
+
+
 def weigh_negatives(advantages: torch.Tensor, weight: float) -> torch.Tensor:
     """Scale the negative advantages by ``weight`` (1: plain GRPO; 0: learn only from rollouts
     better than their group's mean, positive-sample reinforcement)."""
@@ -57,13 +66,9 @@ def action_advantages(groups: Sequence[Sequence[Sequence[float]]], eps: float = 
     earned the same reward gets zeros."""
     out = []
     for group in groups:
-        flat = torch.tensor([r for rewards in group for r in rewards], dtype=torch.float32)
-        std = flat.std() if flat.numel() > 1 else torch.tensor(0.0)
-        if float(std) == 0.0:
-            out.append([[0.0] * len(rewards) for rewards in group])
-            continue
-        mean = flat.mean()
-        out.append([[float((r - mean) / (std + eps)) for r in rewards] for rewards in group])
+        flat = standardized(torch.tensor([r for rewards in group for r in rewards], dtype=torch.float32), eps=eps)
+        values = iter(flat.tolist())
+        out.append([[next(values) for _ in rewards] for rewards in group])
     return out
 
 
@@ -74,6 +79,11 @@ def returns_to_go(rewards: Sequence[float], gamma: float) -> list[float]:
         acc = rewards[t] + gamma * acc
         out[t] = acc
     return out
+
+
+def discounted_return(rewards: Sequence[float], gamma: float) -> float:
+    """``sum_t gamma**t * r_t``: the first return-to-go (the plain sum when ``gamma`` is 1)."""
+    return returns_to_go(rewards, gamma)[0] if rewards else 0.0
 
 
 def state_advantages(groups: Sequence[Sequence[tuple[Sequence[Hashable], Sequence[float]]]], gamma: float = 0.95,
@@ -102,11 +112,7 @@ def state_advantages(groups: Sequence[Sequence[tuple[Sequence[Hashable], Sequenc
         for members in by_state.values():
             if len(members) < 2:
                 continue
-            vals = torch.tensor([rtg[i][t] for i, t in members], dtype=torch.float64)
-            centered = vals - vals.mean()
-            if scale == "group":
-                std = vals.std()
-                centered = centered / (std + eps) if float(std) > 0 else torch.zeros_like(centered)
+            centered = standardized(torch.tensor([rtg[i][t] for i, t in members], dtype=torch.float64), scale, eps)
             for (i, t), a in zip(members, centered.tolist()):
                 adv[i][t] = a
         out.append(adv)

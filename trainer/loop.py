@@ -36,12 +36,12 @@ from .checkpoint import (finish_checkpoint, latest_checkpoint, load_rank_rng, lo
 from .config import TrainConfig
 from .curricula.arms import DynamicSampling
 from .evaluation import summarize
-from .grpo import (Batch, LossSettings, action_advantages, grpo_loss, group_advantages, make_batch, state_advantages,
-                   token_logprobs, weigh_negatives)
+from .grpo import (Batch, LossSettings, action_advantages, discounted_return, grpo_loss, group_advantages, make_batch,
+                   state_advantages, token_logprobs, weigh_negatives)
 from .metrics import MetricsLogger
 from .policy import Policy, load_policy, save_policy
 from .rollout import RolloutEngine, RolloutSettings, RolloutStats, Trajectory
-from .sft import Demo, demonstrations, pad_right, sft_loss
+from .sft import Demo, demonstrations, sft_batch_loss
 from .sources import make_source, source_env_options
 from .task_source import GroupResult, TaskSource
 
@@ -95,15 +95,6 @@ def token_advantages(tr: Trajectory, episode: float, actions: Sequence[float], w
     return out
 
 
-def sft_batch_loss(model: torch.nn.Module, pad_id: int, demos: Sequence[Demo], n: int,
-                   rng: np.random.Generator) -> torch.Tensor:
-    """The imitation loss (``sft.sft_loss``) of ``n`` demonstrations drawn from ``demos`` by ``rng``."""
-    picked = [demos[i] for i in rng.choice(len(demos), size=min(n, len(demos)), replace=False)]
-    ids, attn, amask = pad_right([d.transcript.ids for d in picked], [d.transcript.action_mask for d in picked], pad_id)
-    device = next(model.parameters()).device
-    return sft_loss(model, ids.to(device), attn.to(device), amask.to(device))
-
-
 def action_states(tr: Trajectory) -> list[bytes]:
     """A key per action of ``tr`` for the history it was taken from (the token ids before it)."""
     ids = torch.as_tensor(tr.transcript.ids, dtype=torch.int32).numpy()
@@ -155,7 +146,7 @@ def rollout_round(engine: RolloutEngine, source: TaskSource, tasks: Sequence[Tas
     by_task: list[list[Trajectory]] = [[] for _ in tasks]
     for tr in gathered:
         by_task[tr.task_index].append(tr)
-    groups = [GroupResult(task=tasks[i], returns=tuple(t.discounted_return(gamma) for t in grp),
+    groups = [GroupResult(task=tasks[i], returns=tuple(discounted_return(t.rewards, gamma) for t in grp),
                           successes=tuple(t.success for t in grp), env_options=options[i])
               for i, grp in enumerate(by_task)]
     return RolloutRound(groups, by_task, local, stats)
@@ -181,23 +172,24 @@ def evaluate_sets(engine: RolloutEngine, eval_sets: Mapping[str, Sequence[TaskSp
     ``samples`` > 0, also that many episodes per task sampled at the engine's temperature from a
     generator seeded by ``seed`` and the rank, summarized under the set's ``"sampled"`` key."""
     rank, world = accelerator.process_index, accelerator.num_processes
+
+    def play(mine: list[TaskSpec], repeats: int, generator: torch.Generator | None) -> dict[str, Any]:
+        """``repeats`` episodes of each task (greedy without a generator), batch_episodes at a time, summarized."""
+        trajs: list[Trajectory] = []
+        per_batch = max(1, batch_episodes // repeats)
+        for start in range(0, len(mine), per_batch):
+            chunk, _ = engine.run(mine[start:start + per_batch], repeats, greedy=generator is None, seed=start,
+                                  model=model, generator=generator)
+            trajs.extend(_light(t) for t in chunk)
+        return summarize(gather_object(trajs) if world > 1 else trajs)
+
     out = {}
     for name, tasks in eval_sets.items():
         mine = list(tasks)[rank::world]
-        trajs: list[Trajectory] = []
-        for start in range(0, len(mine), batch_episodes):
-            chunk, _ = engine.run(mine[start:start + batch_episodes], 1, greedy=True, seed=start, model=model)
-            trajs.extend(_light(t) for t in chunk)
-        out[name] = summarize(gather_object(trajs) if world > 1 else trajs)
+        out[name] = play(mine, 1, None)
         if samples > 0:
             generator = torch.Generator(device=engine.policy.device).manual_seed(seed * 1_000_003 + rank)
-            drawn: list[Trajectory] = []
-            per_batch = max(1, batch_episodes // samples)
-            for start in range(0, len(mine), per_batch):
-                chunk, _ = engine.run(mine[start:start + per_batch], samples, seed=start, model=model,
-                                      generator=generator)
-                drawn.extend(_light(t) for t in chunk)
-            out[name]["sampled"] = {"samples": samples, **summarize(gather_object(drawn) if world > 1 else drawn)}
+            out[name]["sampled"] = {"samples": samples, **play(mine, samples, generator)}
     return out
 
 
@@ -326,7 +318,7 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         kept = select_groups(source, rounds) if dynamic else list(range(len(every)))
         mine_kept = [rounds[round_].local[i] for round_, i in (every[j] for j in kept) if i % world == rank]
         trajs = [tr for grp in mine_kept for tr in grp]
-        returns = torch.tensor([[tr.discounted_return(g.gamma) for tr in grp] for grp in mine_kept],
+        returns = torch.tensor([[discounted_return(tr.rewards, g.gamma) for tr in grp] for grp in mine_kept],
                                dtype=torch.float32)
         advantages = (weigh_negatives(group_advantages(returns, g.scale_rewards, g.adv_eps), g.negative_weight)
                       .view(-1).tolist() if mine_kept else [])
@@ -414,7 +406,7 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         groups = [grp for rnd in rounds for grp in rnd.light]
         all_trajs = [t for grp in groups for t in grp]
         rets = np.array([t.ret for t in all_trajs])
-        stds = [float(np.std([t.discounted_return(g.gamma) for t in grp])) for grp in groups]
+        stds = [float(np.std(gr.returns)) for rnd in rounds for gr in rnd.groups]  # the advantages' (discounted) returns
         actions = sum(t.turns for t in all_trajs)
         ntok = max(tot["tokens"], 1.0)
         record = {

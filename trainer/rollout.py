@@ -67,13 +67,6 @@ class Trajectory:
         """The episode's return: the sum of its actions' rewards (its final progress when no penalty is set)."""
         return float(sum(self.rewards))
 
-    def discounted_return(self, gamma: float) -> float:
-        """``sum_t gamma**t * r_t`` over the episode's actions (``ret`` when ``gamma`` is 1)."""
-        out = 0.0
-        for r in reversed(self.rewards):
-            out = r + gamma * out
-        return float(out)
-
     @property
     def n_generated(self) -> int:
         return sum(self.transcript.action_mask)

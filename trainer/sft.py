@@ -90,6 +90,15 @@ def sft_loss(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor, acti
     return (nll.view_as(target_mask) * target_mask).sum() / denom
 
 
+def sft_batch_loss(model: torch.nn.Module, pad_id: int, demos: Sequence[Demo], n: int,
+                   rng: np.random.Generator) -> torch.Tensor:
+    """The imitation loss (``sft_loss``) of ``n`` demonstrations drawn from ``demos`` by ``rng``."""
+    picked = [demos[i] for i in rng.choice(len(demos), size=min(n, len(demos)), replace=False)]
+    ids, attn, amask = pad_right([d.transcript.ids for d in picked], [d.transcript.action_mask for d in picked], pad_id)
+    device = next(model.parameters()).device
+    return sft_loss(model, ids.to(device), attn.to(device), amask.to(device))
+
+
 def pad_right(seqs: Sequence[Sequence[int]], masks: Sequence[Sequence[int]], pad_id: int
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     width = max(len(s) for s in seqs)
