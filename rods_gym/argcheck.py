@@ -149,6 +149,14 @@ class ArgChecker:
             return None
         return self._check(args)
 
+    def culprits(self, args: Any) -> tuple[str, ...]:
+        """The parameters a rejected ``args`` gets wrong, in schema order: required ones that are
+        missing and given ones whose value fails their check (unknown keys name no parameter)."""
+        if not isinstance(args, dict):
+            return ()
+        return tuple(n for n, prop in self.props.items()
+                     if (n in args and prop(args[n]) is not None) or (n not in args and n in self._required))
+
     def _check(self, args: Any) -> str | None:
         if not isinstance(args, dict):
             return f"arguments of {self.tool} must be a JSON object, got {type(args).__name__}"

@@ -29,7 +29,7 @@ redraw_world      probability that the task's values are re-instantiated on anot
 The compact and structured views keep their closed vocabularies and fixed spaces, so they
 get only the task-level augmentations (distractors and redrawn worlds): renaming would
 leave the vocabulary, reordering would move argument slots, and their error observations
-are error classes without text for hints or paraphrases.
+are an error class and the parameters it concerns, without text for hints or paraphrases.
 
 In chat mode the wrapper installs a translating renderer in the wrapped env, so
 ``env.unwrapped.tools`` / ``messages`` / ``info["new_messages"]`` show the episode's names

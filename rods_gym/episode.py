@@ -49,6 +49,7 @@ class Reply:
 class Invalid:
     error: str
     message: str
+    params: tuple[str, ...] = ()  # the called tool's parameters the problem concerns, when known
 
 
 Action = ToolCall | Ask | Reply | Invalid
@@ -188,7 +189,7 @@ class Episode:
         elif isinstance(action, Ask):
             self._ask(out)
         elif isinstance(action, Invalid):
-            self._error(out, action.error, action.message, None)
+            self._error(out, action.error, action.message, None, action.params)
         else:  # pragma: no cover - renderers only produce the types above
             raise TypeError(f"unknown action {action!r}")
         if out.error == "none":
@@ -204,12 +205,14 @@ class Episode:
             self.done = out.truncated = True
         return out
 
-    def _error(self, out: StepOutcome, cls: str, message: str, tool: str | None) -> StepOutcome:
+    def _error(self, out: StepOutcome, cls: str, message: str, tool: str | None,
+               params: tuple[str, ...] = ()) -> StepOutcome:
+        """Record a rejected action; ``params`` are the called tool's parameters the error concerns."""
         out.error = cls
         self.last_error = cls
         self.n_errors += 1
         out.reward -= self.reward_cfg.error_penalty.get(cls, 0.0)
-        out.events.append({"kind": "error", "error": cls, "message": message, "tool": tool})
+        out.events.append({"kind": "error", "error": cls, "message": message, "tool": tool, "params": list(params)})
         if cls == "episode_over":
             out.terminated = True
         return out
@@ -230,12 +233,14 @@ class Episode:
             return
         problem = self.checkers[name].check(args)
         if problem is not None:
-            self._error(out, "invalid_arguments", problem, name)
+            self._error(out, "invalid_arguments", problem, name, self.checkers[name].culprits(args))
             return
         try:
             result = self.executor.run(tool, args, self.state)
         except ToolError as exc:
-            self._error(out, "execution_error", f"{exc.code}: {exc}", name)
+            named = set(exc.params)
+            self._error(out, "execution_error", f"{exc.code}: {exc}", name,
+                        tuple(p for p in tool.param_names if p in named))
             return
         out.events.append({"kind": "result", "tool": name, "content": result})
         self._match(name, args, result)

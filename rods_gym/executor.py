@@ -22,10 +22,12 @@ DRAWN_CACHE = 8192  # drawn field values kept for created records
 
 
 class ToolError(Exception):
-    """A call the simulated API refuses (not found, precondition, funds...)."""
+    """A call the simulated API refuses (not found, precondition, funds...); ``params`` names the
+    call's parameters the refusal concerns (empty when none does, e.g. a precondition on state)."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, params: tuple[str, ...] = ()) -> None:
         self.code = code
+        self.params = params
         super().__init__(message)
 
 
@@ -132,7 +134,7 @@ class Executor:
             raise StopIteration
         rec = state.get(ent.name, args[pname])
         if rec is None:
-            raise ToolError("not_found", f"no {_label(ent)} with {ent.id_field} {args[pname]!r}")
+            raise ToolError("not_found", f"no {_label(ent)} with {ent.id_field} {args[pname]!r}", (pname,))
         return ent, rec
 
     def _check_pre(self, tool: ToolSpec, ent: EntitySpec, rec: Record) -> None:
@@ -147,7 +149,8 @@ class Executor:
             target = self.id_entity.get(p.type)
             if target is not None and p.name in args and p.name not in skip:
                 if state.get(target, args[p.name]) is None:
-                    raise ToolError("not_found", f"no {_label(self.entities[target])} with id {args[p.name]!r}")
+                    raise ToolError("not_found", f"no {_label(self.entities[target])} with id {args[p.name]!r}",
+                                    (p.name,))
 
     def _record_rng(self, world_seed: int, rid: str) -> np.random.Generator:
         """The generator ``np.random.default_rng([world_seed, sum(map(ord, rid)), len(rid)])``,
@@ -216,9 +219,9 @@ class Executor:
         found = _found(state, ent.name, filters)
         if not found:
             desc = ", ".join(f"{f} {v!r}" for f, v in filters)
-            raise ToolError("not_found", f"no {_label(ent)} with {desc}")
+            raise ToolError("not_found", f"no {_label(ent)} with {desc}", tuple(args))
         if len(found) > 1:
-            raise ToolError("ambiguous", f"{len(found)} {_label(ent)} records match; give more details")
+            raise ToolError("ambiguous", f"{len(found)} {_label(ent)} records match; give more details", tuple(args))
         rec = found[0]
         return {f: rec[f] for f in self._plan(tool).outputs}
 
@@ -271,15 +274,16 @@ class Executor:
         src, dst, amount = state.get(ent.name, args[src_p]), state.get(ent.name, args[dst_p]), float(args[amt_p])
         for name, rec in ((src_p, src), (dst_p, dst)):
             if rec is None:
-                raise ToolError("not_found", f"no {_label(ent)} with id {args[name]!r}")
+                raise ToolError("not_found", f"no {_label(ent)} with id {args[name]!r}", (name,))
         assert src is not None and dst is not None
         if src is dst or src[ent.id_field] == dst[ent.id_field]:
-            raise ToolError("invalid_request", f"{src_p} and {dst_p} must be different")
+            raise ToolError("invalid_request", f"{src_p} and {dst_p} must be different", (src_p, dst_p))
         if amount <= 0:
-            raise ToolError("invalid_request", f"{amt_p} must be positive")
+            raise ToolError("invalid_request", f"{amt_p} must be positive", (amt_p,))
         self._check_pre(tool, ent, src)
         if float(src[field]) + 1e-9 < amount:
-            raise ToolError("insufficient_funds", f"{_label(ent)} {src[ent.id_field]} has only {src[field]} {field}")
+            raise ToolError("insufficient_funds", f"{_label(ent)} {src[ent.id_field]} has only {src[field]} {field}",
+                            (amt_p,))
         record = None
         if tool.record is not None:
             rent = self.entities[tool.record]

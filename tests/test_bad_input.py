@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rods_gym import SamplerConfig, Suite, TaskSampler, TaskSpec, ToolChainEnv
+from rods_gym.episode import ToolCall
 from rods_gym.renderers.compact import vocabulary
 from rods_gym.task import Call, Dep, Turn
 
@@ -59,8 +60,9 @@ def _first_call(env: ToolChainEnv) -> None:
     assert info["error"] == "none"
 
 
-def _rejected(env: ToolChainEnv, action: Any, error: str, *phrases: str) -> str:
-    """Step a bad action; check the error class, the message, the space and the world."""
+def _rejected(env: ToolChainEnv, action: Any, error: str, *phrases: str, params: tuple[str, ...] = ()) -> str:
+    """Step a bad action; check the error class, the message, the space and the world (and, in the
+    compact view, the parameters the error names)."""
     state = env.episode.state
     before = world_snapshot(state)
     accounts, txns = entity_records(state, ACCOUNTS), entity_records(state, TRANSACTIONS)
@@ -76,7 +78,7 @@ def _rejected(env: ToolChainEnv, action: Any, error: str, *phrases: str) -> str:
     if env.mode == "chat":
         assert obs.startswith("tool (") and f"Error [{error}]" in obs
     elif env.mode == "compact":
-        assert obs == f"error {error}"
+        assert obs == " ".join(["error", error, *params])
     for phrase in phrases:
         assert phrase in message, (phrase, message)
     return message
@@ -270,16 +272,44 @@ def test_compact_bad_input(transfer_task) -> None:
     _rejected(env, "call", "malformed", "call needs a tool name")
     _rejected(env, "fly away", "malformed", "start with call, ask or reply")
     _rejected(env, "call find_account_by_number account_number", "malformed", "pairs")
-    _rejected(env, "call find_account_by_number account_number 1314", "malformed", "slot tokens like $3")
-    _rejected(env, "call find_account_by_number account_number $63", "invalid_arguments", "slot $63 is empty")
-    _rejected(env, "call find_account_by_number account_number $" + "9" * 40, "invalid_arguments", "is empty")
-    _rejected(env, "call find_account_by_number account_number $0 account_number $0", "invalid_arguments", "twice")
+    _rejected(env, "call find_account_by_number account_number 1314", "malformed", "slot tokens like $3",
+              params=("account_number",))
+    _rejected(env, "call find_account_by_number account_number $63", "invalid_arguments", "slot $63 is empty",
+              params=("account_number",))
+    _rejected(env, "call find_account_by_number account_number $" + "9" * 40, "invalid_arguments", "is empty",
+              params=("account_number",))
+    _rejected(env, "call find_account_by_number account_number $0 account_number $0", "invalid_arguments", "twice",
+              params=("account_number",))
+    _rejected(env, "call find_account_by_number no_such_param $63", "invalid_arguments", "slot $63 is empty")
     _rejected(env, "call nope x $0", "unknown_tool")
     _rejected(env, "ask me", "malformed", "ask takes no arguments")
     _rejected(env, "reply $0 $1", "malformed", "at most one slot")
     _rejected(env, "call find_account_by_number\u200b account_number $0", "unknown_tool")  # zero-width space
     _rejected(env, "x" * 5000, "too_long", "5000 characters")
-    _rejected(env, "call transfer_funds from_account_id $0 to_account_id $1 amount $0", "invalid_arguments")
+    _rejected(env, "call transfer_funds from_account_id $0 to_account_id $1 amount $0", "invalid_arguments",
+              params=("from_account_id", "to_account_id", "amount"))
+
+
+def test_errors_name_the_parameters_they_concern(transfer_task) -> None:
+    """A rejected call's error event lists the parameters it concerns, in the tool's order; the compact
+    view shows them after the class (``error invalid_arguments amount``), so the agent knows what to fix."""
+    env = _env("compact", transfer_task)
+    _first_call(env)
+    good = _good_args(transfer_task, env)
+    cases = [
+        ({k: v for k, v in good.items() if k != "amount"}, "invalid_arguments", ["amount"]),
+        ({**good, "from_account_id": "account 1", "amount": "9"}, "invalid_arguments", ["from_account_id", "amount"]),
+        ({**good, "memo": "hi"}, "invalid_arguments", []),  # an unknown key names no parameter
+        ({**good, "amount": 999_999.0}, "execution_error", ["amount"]),
+        ({**good, "to_account_id": "ACC-0000"}, "execution_error", ["to_account_id"]),
+        ({**good, "to_account_id": good["from_account_id"]}, "execution_error", ["from_account_id", "to_account_id"]),
+    ]
+    for args, error, params in cases:
+        before = world_snapshot(env.episode.state)
+        outcome = env.episode.step(ToolCall("transfer_funds", args))
+        assert (outcome.error, outcome.events[-1]["params"]) == (error, params), (args, outcome.events)
+        assert env.renderer.observe(env.episode, outcome) == " ".join(["error", error, *params])
+        assert world_snapshot(env.episode.state) == before
 
 
 def _structured_bad_actions(n: int) -> list[tuple[str, Any]]:

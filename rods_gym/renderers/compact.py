@@ -6,7 +6,7 @@ Observations::
     tools find_customer_by_email ( email ) cancel_order ( order_id ) | user find_customer_by_email email $0 ;
       cancel_order order_id from search_orders order_id ; answer get_order status
     ok customer_id $1                      a tool result (searches: ok results N [ f $k ... ] ...)
-    error invalid_arguments               a rejected action, by error class
+    error invalid_arguments patient_id    a rejected action: its error class, then the parameters it concerns
     user fact email $4 | user enabled get_order | user nothing | user <next turn>
 
 Actions: ``call TOOL param $k ...`` | ``ask`` | ``reply`` | ``reply $k``.
@@ -123,8 +123,9 @@ class CompactRenderer(Renderer):
         for ev in outcome.events:
             if ev["kind"] == "result":
                 lines.append(self._result_text(ev["tool"], ev["content"]))
-            elif ev["kind"] == "error":
-                lines.append(f"error {ev['error']}")
+            elif ev["kind"] == "error":  # the class, then the call's parameters it concerns
+                named = [p for p in ev.get("params", ()) if p in self._tokens]
+                lines.append(" ".join(["error", ev["error"], *named]))
             elif "turn" in ev:
                 avail = " ".join(f"{t} ( {' '.join(self.suite.tools[t].param_names)} )" for t in episode.available_tools())
                 lines.append(f"tools {avail} | {self._turn_text(episode, ev['turn'])}")
@@ -186,12 +187,14 @@ class CompactRenderer(Renderer):
         if len(rest) % 2:
             return Invalid("malformed", "arguments come in pairs: param $k")
         args: dict[str, Any] = {}
+        params = self.suite.tools[name].param_names
         for p, s in zip(rest[::2], rest[1::2]):
+            named = (p,) if p in params else ()
             if p in args:
-                return Invalid("invalid_arguments", f"argument {p[:30]!r} given twice")
+                return Invalid("invalid_arguments", f"argument {p[:30]!r} given twice", named)
             value = self._value(s)
             if isinstance(value, Invalid):
-                return value
+                return Invalid(value.error, value.message, named)
             args[p[:60]] = value
         return ToolCall(name, args)
 
