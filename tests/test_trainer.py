@@ -299,6 +299,29 @@ def test_error_penalty_shapes_training_envs_only() -> None:
         load_config(None, ["rollout.error_penalty=-1"])
 
 
+def test_success_bonus_shapes_training_envs_only() -> None:
+    """``rollout.success_bonus``: the action that completes a task earns the bonus in training envs only."""
+    import gymnasium as gym
+
+    from rods_gym import load_split, solve
+    from rods_gym.trainer.loop import env_kwargs, source_env_kwargs
+    from rods_gym.trainer.task_source import FixedSeeds
+
+    cfg = load_config(None, ["rollout.success_bonus=0.5"])
+    task = load_split("train")[0]
+    source = FixedSeeds([task])
+    returns = {}
+    for name, kwargs in (("train", source_env_kwargs(source, cfg)), ("eval", env_kwargs(cfg))):
+        env = gym.make(cfg.data.env_id, **kwargs)
+        env.reset(seed=0, options={"task": task})
+        total, info = solve(env)
+        returns[name] = (round(total, 9), info["success"])
+    assert returns == {"train": (1.5, True), "eval": (1.0, True)}
+    assert "reward" not in source_env_kwargs(source, load_config(None, []))
+    with pytest.raises(ValueError, match="success_bonus"):
+        load_config(None, ["rollout.success_bonus=-0.1"])
+
+
 def test_action_level_term_trains_on_per_action_rewards(task_file: Path, warm_policy: Path, tmp_path: Path) -> None:
     """``grpo.action_weight``: the same rollouts (same seed) give a different update than plain GRPO, and
     every action's tokens carry the episode advantage plus the weighted action term."""

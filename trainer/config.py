@@ -64,6 +64,9 @@ class RolloutConfig:
     # training episodes only: subtracted from the reward for every action the env rejects (any
     # error class); evaluation always scores plain progress. 0: off (returns = progress in [0, 1])
     error_penalty: float = 0.0
+    # training episodes only: added to the reward of the action that completes the task, so a
+    # success is worth 1 + success_bonus and a partial one only its progress. 0: off
+    success_bonus: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -197,6 +200,8 @@ def check_config(cfg: TrainConfig) -> None:
         raise ValueError("config rollout.temperature must be > 0 (evaluation is greedy by itself)")
     if not (0 <= cfg.grpo.eps_low < 1 and cfg.grpo.eps_high >= 0):
         raise ValueError("config grpo.eps_low must lie in [0, 1) and grpo.eps_high be >= 0")
+    if cfg.rollout.success_bonus < 0:
+        raise ValueError(f"config rollout.success_bonus must be >= 0, got {cfg.rollout.success_bonus}")
     if cfg.rollout.error_penalty < 0:
         raise ValueError(f"config rollout.error_penalty must be >= 0 (it is subtracted), got {cfg.rollout.error_penalty}")
     if cfg.grpo.sft_weight < 0 or cfg.grpo.sft_batch < 1:

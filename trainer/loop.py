@@ -474,11 +474,13 @@ def source_env_id(source: TaskSource, cfg: TrainConfig) -> str:
 
 
 def source_env_kwargs(source: TaskSource, cfg: TrainConfig) -> dict[str, Any]:
-    """The training environments' kwargs: ``env_kwargs``, the training-only error penalty, then the source's own."""
+    """The training environments' kwargs: ``env_kwargs``, the training-only error penalty and success bonus, then the
+    source's own."""
     out = env_kwargs(cfg)
-    if cfg.rollout.error_penalty > 0:
+    if cfg.rollout.error_penalty > 0 or cfg.rollout.success_bonus > 0:
         penalty = {cls: cfg.rollout.error_penalty for cls in ERROR_CLASSES if cls not in ("none", "episode_over")}
-        out["reward"] = RewardConfig(error_penalty=penalty)
+        out["reward"] = RewardConfig(error_penalty=penalty if cfg.rollout.error_penalty > 0 else {},
+                                     success_bonus=cfg.rollout.success_bonus)
     return {**out, **dict(getattr(source, "env_kwargs", None) or {})}
 
 
