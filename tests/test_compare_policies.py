@@ -58,3 +58,40 @@ def test_identical_per_task_figures_give_a_zero_interval(cp) -> None:
 def test_rejects_a_single_policy(cp) -> None:
     with pytest.raises(SystemExit):
         cp.main(["only_one"])
+
+
+# -- benchmarks/sft_control.py: the no-RL control for a GRPO run ---------------------------
+
+@pytest.fixture(scope="module")
+def sc() -> Any:
+    with benchmarks_on_path():
+        import sft_control
+
+        yield sft_control
+
+
+def test_sft_control_continues_imitation_and_is_reproducible(sc, tmp_path: Path) -> None:
+    import torch
+
+    from rods_gym.trainer.policy import load_policy
+
+    warm = warm_tiny_policy(tmp_path / "warm", sft_steps=5)
+    small = ["sft.data=seeds", "sft.demos=6"]  # imitate 6 seed demonstrations, not the default 9,600
+    kw = dict(steps=12, lr=5e-3, batch=4, overrides=small)
+    losses = sc.continue_sft(warm, tmp_path / "a", **kw)
+    again = sc.continue_sft(warm, tmp_path / "b", **kw)
+    assert len(losses) == 12 and losses == again  # same seed: same batches, same losses
+    assert sum(losses[-3:]) < sum(losses[:3])  # it imitates: the loss falls from the short warm start's
+    a, b, w = (load_policy(p).model.state_dict() for p in (tmp_path / "a", tmp_path / "b", warm))
+    assert all(torch.equal(a[k], b[k]) for k in a) and any(not torch.equal(a[k], w[k]) for k in a)
+    decayed = sc.continue_sft(warm, tmp_path / "c", **{**kw, "steps": 2}, schedule="linear")
+    assert decayed[0] == losses[0]  # the first batch and weights are the same under either schedule
+
+
+def test_sft_control_rejects_bad_settings(sc, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="schedule"):
+        sc.continue_sft(tmp_path, tmp_path / "x", steps=1, lr=1e-3, schedule="cosine")
+    with pytest.raises(ValueError, match="steps"):
+        sc.continue_sft(tmp_path, tmp_path / "x", steps=0, lr=1e-3)
+    with pytest.raises(SystemExit):
+        sc.main([str(tmp_path), str(tmp_path / "x"), "--lr", "-1"])
