@@ -316,10 +316,11 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         #    Each process trains on the kept groups it rolled out (advantages within each group).
         every = [(round_, i) for round_, rnd in enumerate(rounds) for i in range(len(rnd.groups))]
         kept = select_groups(source, rounds) if dynamic else list(range(len(every)))
-        mine_kept = [rounds[round_].local[i] for round_, i in (every[j] for j in kept) if i % world == rank]
+        mine_ids = [(round_, i) for round_, i in (every[j] for j in kept) if i % world == rank]
+        mine_kept = [rounds[round_].local[i] for round_, i in mine_ids]
         trajs = [tr for grp in mine_kept for tr in grp]
-        returns = torch.tensor([[discounted_return(tr.rewards, g.gamma) for tr in grp] for grp in mine_kept],
-                               dtype=torch.float32)
+        # the groups' own (discounted) returns, in rollout order: the ones the source observed
+        returns = torch.tensor([rounds[round_].groups[i].returns for round_, i in mine_ids], dtype=torch.float32)
         advantages = (weigh_negatives(group_advantages(returns, g.scale_rewards, g.adv_eps), g.negative_weight)
                       .view(-1).tolist() if mine_kept else [])
         if g.action_weight > 0 and mine_kept:  # episode advantage on every token + the action's own term
