@@ -353,12 +353,18 @@ def test_advantage_and_loss_options_change_the_update(task_file: Path, warm_poli
 
     plain, _ = _run(tiny_config(task_file, tmp_path / "plain", steps="1"), warm_policy)
     variants = {"state": {"grpo.action_weight": "1.0", "grpo.action_grouping": "state"},
-                "positive": {"grpo.negative_weight": "0.0"}, "discounted": {"grpo.gamma": "0.5"}}
+                "positive": {"grpo.negative_weight": "0.0"}, "discounted": {"grpo.gamma": "0.5"},
+                "step_only": {"grpo.action_weight": "1.0", "grpo.action_grouping": "state", "grpo.episode_weight": "0.0"}}
+    updated = {}
     for name, overrides in variants.items():
         other, _ = _run(tiny_config(task_file, tmp_path / name, steps="1", **overrides), warm_policy)
         rec = [read_jsonl(tmp_path / n / "metrics.jsonl")[0] for n in ("plain", name)]
         assert rec[0]["gen_tokens"] == rec[1]["gen_tokens"], name  # same rollouts
         assert any(not torch.equal(a, b) for a, b in zip(plain.model.parameters(), other.model.parameters())), name
+        updated[name] = other
+    # without the episode term (grpo.episode_weight: 0) GiGPO's step term alone trains: another update
+    assert any(not torch.equal(a, b) for a, b in zip(updated["state"].model.parameters(),
+                                                     updated["step_only"].model.parameters()))
 
     # PPO-ptx: the imitation term joins every optimizer step (logged as sft_loss) and changes the update
     from rods_gym.trainer.sft import make_demonstrations
@@ -386,7 +392,8 @@ def test_advantage_and_loss_options_change_the_update(task_file: Path, warm_poli
     discounted.rewards = [0.5, 0.0, 0.5]
     assert discounted_return(discounted.rewards, 0.5) == pytest.approx(0.5 + 0.25 * 0.5)
     assert discounted_return(discounted.rewards, 1.0) == discounted.ret == 1.0
-    for bad in ("grpo.gamma=0", "grpo.gamma=1.5", "grpo.negative_weight=-0.1", "grpo.action_grouping=states"):
+    for bad in ("grpo.gamma=0", "grpo.gamma=1.5", "grpo.negative_weight=-0.1", "grpo.action_grouping=states",
+                "grpo.episode_weight=0", "grpo.episode_weight=-1", "grpo.action_weight=-0.5"):
         with pytest.raises(ValueError, match=bad.split("=")[0]):
             load_config(None, [bad])
 

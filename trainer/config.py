@@ -92,6 +92,10 @@ class GRPOConfig:
     # progress gain, minus penalties) standardized over all actions of its group (grpo.action_advantages).
     # 0: plain GRPO (one episode-level advantage for every token of a rollout)
     action_weight: float = 0.0
+    # weight of the episode-level advantage on every token (1: GRPO). With action_weight > 0 and
+    # episode_weight 0, only the action-level term trains (e.g. GiGPO's step advantages alone: an
+    # action earns a signal only where other rollouts of its group acted from the same history)
+    episode_weight: float = 1.0
     # how the action-level term groups actions: "group" standardizes each action's own reward over
     # all actions of its group; "state" (GiGPO) compares the discounted return-to-go (action_gamma)
     # of actions taken from the same state (the same history) within the group
@@ -210,6 +214,11 @@ def check_config(cfg: TrainConfig) -> None:
         raise ValueError("config grpo.sft_weight > 0 needs the warm start's demonstrations (sft.enabled: true)")
     if not 0.0 < cfg.grpo.gamma <= 1.0:
         raise ValueError(f"config grpo.gamma must lie in (0, 1], got {cfg.grpo.gamma}")
+    if cfg.grpo.episode_weight < 0 or cfg.grpo.action_weight < 0:
+        raise ValueError(f"config grpo.episode_weight and grpo.action_weight must be >= 0, got "
+                         f"{cfg.grpo.episode_weight} and {cfg.grpo.action_weight}")
+    if cfg.grpo.episode_weight == 0 and cfg.grpo.action_weight == 0:
+        raise ValueError("config grpo.episode_weight=0 needs grpo.action_weight > 0: with both 0 no token has an advantage")
     if not 0.0 <= cfg.grpo.negative_weight <= 1.0:
         raise ValueError(f"config grpo.negative_weight must lie in [0, 1], got {cfg.grpo.negative_weight}")
     if cfg.eval.samples < 0:

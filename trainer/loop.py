@@ -321,9 +321,9 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         trajs = [tr for grp in mine_kept for tr in grp]
         # the groups' own (discounted) returns, in rollout order: the ones the source observed
         returns = torch.tensor([rounds[round_].groups[i].returns for round_, i in mine_ids], dtype=torch.float32)
-        advantages = (weigh_negatives(group_advantages(returns, g.scale_rewards, g.adv_eps), g.negative_weight)
-                      .view(-1).tolist() if mine_kept else [])
-        if g.action_weight > 0 and mine_kept:  # episode advantage on every token + the action's own term
+        advantages = ((g.episode_weight * weigh_negatives(group_advantages(returns, g.scale_rewards, g.adv_eps),
+                                                          g.negative_weight)).view(-1).tolist() if mine_kept else [])
+        if g.action_weight > 0 and mine_kept:  # (weighted) episode advantage on every token + the action's own term
             if g.action_grouping == "state":
                 grouped = state_advantages([[(action_states(tr), tr.rewards) for tr in grp] for grp in mine_kept],
                                            g.action_gamma, g.scale_rewards, g.adv_eps)
