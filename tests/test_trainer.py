@@ -402,3 +402,21 @@ def test_advantage_and_loss_options_change_the_update(task_file: Path, warm_poli
     c = action_states(traj([5, 1, 7, 8, 9], [(1, 2), (3, 4)]))
     assert a[0] == b[0] == c[0]  # the same first history
     assert a[1] == b[1] and a[1] != c[1]  # the second differs once an earlier token does
+
+
+def test_curve_points_carry_greedy_and_sampled_series():
+    """The training-curve figure shows what GRPO optimizes (sampled figures) beside greedy success;
+    a split evaluated without samples gets the greedy series only."""
+    from rods_gym.trainer.pipeline import curve_points
+
+    before = {"test": {"success": 0.29, "progress": 0.57, "sampled": {"samples": 2, "success": 0.24, "progress": 0.52}},
+              "dev": {"success": 0.30, "progress": 0.60}}
+    after = {"test": {"success": 0.28, "progress": 0.56, "sampled": {"samples": 2, "success": 0.26, "progress": 0.54}},
+             "dev": {"success": 0.31, "progress": 0.61}}
+    points = curve_points(before, after, [{"step": 30, "test": {"success": 0.27}}], 60, 0.7)
+    assert points == {
+        "test success (greedy)": [(0, 0.29), (30, 0.27), (60, 0.28)],
+        "test success (sampled x2, T=0.7)": [(0, 0.24), (60, 0.26)],
+        "test progress (sampled x2, T=0.7)": [(0, 0.52), (60, 0.54)],
+        "dev success (greedy)": [(0, 0.30), (60, 0.31)],
+    }

@@ -12,7 +12,7 @@ import contextlib
 import json
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 from accelerate import Accelerator
@@ -36,6 +36,23 @@ def make_accelerator() -> Accelerator:
 def _print(accelerator: Accelerator, *args: Any) -> None:
     if accelerator.is_main_process:
         print(*args, flush=True)
+
+
+def curve_points(before: Mapping[str, Any], after: Mapping[str, Any], evals: Sequence[Mapping[str, Any]],
+                 steps: int, temperature: float) -> dict[str, list[tuple[int, float]]]:
+    """The held-out series of the training-curve figure: greedy success per split (before, every
+    periodic evaluation, after) and, where both ends were sampled, sampled success and progress."""
+    points: dict[str, list[tuple[int, float]]] = {}
+    for split in before:
+        points[f"{split} success (greedy)"] = ([(0, before[split]["success"])]
+                                               + [(e["step"], e[split]["success"]) for e in evals if split in e]
+                                               + [(steps, after[split]["success"])])
+        first, last = before[split].get("sampled"), after[split].get("sampled")
+        if first and last:
+            for metric in ("success", "progress"):
+                points[f"{split} {metric} (sampled x{first['samples']}, T={temperature:g})"] = [
+                    (0, first[metric]), (steps, last[metric])]
+    return points
 
 
 def _success_table(before: Mapping[str, Any], after: Mapping[str, Any]) -> str:
@@ -157,8 +174,7 @@ def run_training(cfg: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
     }
     if accelerator.is_main_process:
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-        points = {s: [(0, before[s]["success"])] + [(e["step"], e[s]["success"]) for e in loop.evals if s in e]
-                  + [(loop.steps_done, after[s]["success"])] for s in eval_sets}
+        points = curve_points(before, after, loop.evals, loop.steps_done, cfg.rollout.temperature)
         plot_training_curve(loop.history, points, run_dir / "training_curve.png",
                             title=f"{cfg.name}: {policy.name} on {cfg.data.env_id}")
     log(_success_table(before, after))

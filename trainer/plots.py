@@ -1,4 +1,4 @@
-"""Training-curve figure: per-step rollout reward and success, and held-out success."""
+"""Training-curve figure: per-step rollout reward and success, and held-out figures before, during and after."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ def _smooth(values: Sequence[float], window: int) -> np.ndarray:
 
 def plot_training_curve(history: Sequence[Mapping[str, Any]], eval_points: Mapping[str, Sequence[tuple[int, float]]],
                         path: str | Path, title: str = "GRPO training") -> Path:
-    """``eval_points``: split -> [(step, success), ...] (step 0 = before GRPO)."""
+    """``eval_points``: legend label -> [(step, value), ...] (step 0 = before GRPO), e.g.
+    ``{"test success (greedy)": [(0, 0.29), (60, 0.28)]}``; every series goes on the right panel."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -37,12 +38,12 @@ def plot_training_curve(history: Sequence[Mapping[str, Any]], eval_points: Mappi
     ax1.set_ylim(0, 1)
     ax1.legend()
     ax1.grid(alpha=0.3)
-    for split, pts in eval_points.items():
+    for label, pts in eval_points.items():
         if pts:
             xs, ys = zip(*pts)
-            ax2.plot(xs, ys, marker="o", label=f"{split} success (greedy)")
+            ax2.plot(xs, ys, marker="o", label=label)
     ax2.set_xlabel("GRPO step (0 = SFT warm start)")
-    ax2.set_ylabel("held-out success")
+    ax2.set_ylabel("held-out tasks")
     ax2.set_ylim(0, 1)
     ax2.legend()
     ax2.grid(alpha=0.3)
