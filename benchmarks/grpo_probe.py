@@ -31,6 +31,7 @@ from accelerate import Accelerator
 
 from rods_gym.envs.build_tasksets import demonstration_tasks
 from rods_gym.trainer.config import load_config
+from rods_gym.trainer.evaluation import figures_line
 from rods_gym.trainer.loop import env_kwargs, eval_settings, evaluate_sets, grpo_train
 from rods_gym.trainer.policy import load_policy
 from rods_gym.trainer.rollout import RolloutEngine
@@ -102,12 +103,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     for q in report["quarters"]:
         print(f"steps {q['steps'][0]}-{q['steps'][1]}: success {q['success']:.3f} progress {q['progress']:.3f} "
               f"tool errors/action {q['tool_error_rate']:.3f} entropy {q['entropy']:.3f}")
-    t = report["test"]
-    line = f"test ({t['episodes']} tasks): greedy success {t['success']:.3f} progress {t['progress']:.3f}"
-    if "sampled" in t:
-        s = t["sampled"]
-        line += f"; sampled x{s['samples']} success {s['success']:.3f} progress {s['progress']:.3f}"
-    print(line + f"; GRPO {report['grpo_seconds']:.0f}s")
+    print(f"test ({report['test']['episodes']} tasks): greedy {figures_line(report['test'])}; "
+          f"GRPO {report['grpo_seconds']:.0f}s")
     return report
 
 

@@ -420,3 +420,12 @@ def test_curve_points_carry_greedy_and_sampled_series():
         "test progress (sampled x2, T=0.7)": [(0, 0.52), (60, 0.54)],
         "dev success (greedy)": [(0, 0.30), (60, 0.31)],
     }
+
+
+def test_figures_line_names_greedy_and_sampled_figures():
+    from rods_gym.trainer.evaluation import figures_line
+
+    greedy = {"success": 0.29, "progress": 0.5734}
+    assert figures_line(greedy) == "success 0.290 progress 0.573"
+    assert figures_line({**greedy, "sampled": {"samples": 2, "success": 0.2375, "progress": 0.52}}) == (
+        "success 0.290 progress 0.573; sampled x2: success 0.237 progress 0.520")

@@ -38,6 +38,16 @@ def summarize(trajs: Sequence[Trajectory]) -> dict[str, Any]:
     }
 
 
+def figures_line(figures: Mapping[str, Any]) -> str:
+    """One line of an evaluation's headline figures: greedy success and progress, and the sampled
+    episodes' (``evaluate_sets``' ``"sampled"`` entry) where there are any."""
+    line = f"success {figures['success']:.3f} progress {figures['progress']:.3f}"
+    sampled = figures.get("sampled")
+    if sampled:
+        line += f"; sampled x{sampled['samples']}: success {sampled['success']:.3f} progress {sampled['progress']:.3f}"
+    return line
+
+
 def evaluate(policy: Policy, tasks: Sequence[TaskSpec], env_id: str, *, settings: RolloutSettings | None = None,
              batch_episodes: int = 256, env_kwargs: Mapping[str, Any] | None = None,
              engine: RolloutEngine | None = None) -> dict[str, Any]:

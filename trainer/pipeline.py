@@ -20,6 +20,7 @@ from accelerate import Accelerator
 import rods_gym  # noqa: F401  (registers the environments)
 
 from .config import TrainConfig, save_config
+from .evaluation import figures_line
 from .loop import LoopResult, env_kwargs, eval_settings, evaluate_sets, grpo_train
 from .plots import plot_training_curve
 from .policy import Policy, load_policy, make_policy, save_policy
@@ -154,10 +155,7 @@ def run_training(cfg: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
         if accelerator.is_main_process:
             before_file.write_text(json.dumps(before, indent=2))
     for split, res in before.items():
-        sampled = res.get("sampled")
-        log(f"before GRPO: {split} success {res['success']:.3f} progress {res['progress']:.3f}"
-            + (f"; sampled x{sampled['samples']}: success {sampled['success']:.3f} progress {sampled['progress']:.3f}"
-               if sampled else ""))
+        log(f"before GRPO: {split} {figures_line(res)}")
 
     t_grpo = time.perf_counter()
     loop: LoopResult = grpo_train(cfg, policy, seeds, run_dir=run_dir, accelerator=accelerator, eval_sets=eval_sets,
