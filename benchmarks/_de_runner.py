@@ -34,7 +34,8 @@ from rods_gym.trainer.curricula.arms import DynamicSampling
 from rods_gym.trainer.curricula.detector import group_stats
 from rods_gym.trainer.evaluation import summarize
 from rods_gym.trainer.loop import env_kwargs, eval_settings, grpo_train
-from rods_gym.trainer.pipeline import env_mode, make_accelerator, torch_threads, warm_start
+from rods_gym.trainer.pipeline import env_mode, make_accelerator, warm_start
+from rods_gym.trainer.threads import torch_threads
 from rods_gym.trainer.policy import Policy, load_policy, make_policy
 from rods_gym.trainer.rollout import RolloutEngine
 from rods_gym.trainer.sources import make_source

@@ -21,6 +21,7 @@ from rods_gym.trainer.metrics import read_jsonl
 from rods_gym.trainer.policy import load_policy
 from rods_gym.trainer.sources import available_sources, make_source
 from rods_gym.trainer.task_source import FixedSeeds
+from rods_gym.trainer.threads import torch_threads
 
 from conftest import TIMING_METRICS, warm_tiny_policy
 from conftest import easy_seed_tasks as seed_tasks
@@ -58,6 +59,21 @@ def test_shipped_configs_load_and_overrides_apply() -> None:
     assert "Chat" in chat.data.env_id and chat.policy.max_positions >= 4096
     assert load_config("qwen_chat").policy.model.startswith("Qwen/")
     assert parse_overrides(["a.b=3", "c=x"]) == {"a": {"b": 3}, "c": "x"}
+
+
+def test_torch_threads_sets_the_count_for_a_block_and_restores_it() -> None:
+    before = torch.get_num_threads()
+    target = 1 if before != 1 else 2
+    with torch_threads(target):
+        assert torch.get_num_threads() == target
+    assert torch.get_num_threads() == before
+    with torch_threads(0):  # 0: leave the count as it is
+        assert torch.get_num_threads() == before
+    with pytest.raises(RuntimeError, match="inside"):
+        with torch_threads(target):
+            raise RuntimeError("inside")
+    assert torch.get_num_threads() == before  # restored after an error too
+    assert load_config("default").eval.threads == 2 and TrainConfig().eval.threads == 0
 
 
 def test_config_errors_name_the_key(tmp_path: Path) -> None:

@@ -72,6 +72,7 @@ def run_sft(args: argparse.Namespace) -> int:
     from .loop import env_kwargs, eval_settings
     from .policy import make_policy
     from .tasks import load_tasks, spread
+    from .threads import torch_threads
 
     cfg = load_from_args(args)
     accelerator = make_accelerator()
@@ -84,8 +85,9 @@ def run_sft(args: argparse.Namespace) -> int:
     if accelerator.is_main_process:
         for split in cfg.eval.splits:
             tasks = spread(load_tasks(split, cfg.data), cfg.eval.tasks)
-            res = evaluate(policy, tasks, cfg.data.env_id, settings=eval_settings(cfg),
-                           batch_episodes=cfg.eval.batch_episodes, env_kwargs=env_kwargs(cfg))
+            with torch_threads(cfg.eval.threads):
+                res = evaluate(policy, tasks, cfg.data.env_id, settings=eval_settings(cfg),
+                               batch_episodes=cfg.eval.batch_episodes, env_kwargs=env_kwargs(cfg))
             print(f"held-out {split}: success {res['success']:.3f} progress {res['progress']:.3f} ({len(tasks)} tasks)")
         print(f"saved the policy to {run_dir / 'sft_policy'}")
     return 0
@@ -97,6 +99,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from .pipeline import env_mode
     from .policy import load_policy, make_policy
     from .tasks import load_tasks, spread
+    from .threads import torch_threads
 
     cfg = load_from_args(args)
     if args.policy:
@@ -108,8 +111,9 @@ def run_evaluate(args: argparse.Namespace) -> int:
     results = {}
     for split in splits:
         tasks = spread(load_tasks(split, cfg.data), n)
-        results[split] = evaluate(policy, tasks, cfg.data.env_id, settings=eval_settings(cfg),
-                                  batch_episodes=cfg.eval.batch_episodes, env_kwargs=env_kwargs(cfg))
+        with torch_threads(cfg.eval.threads):
+            results[split] = evaluate(policy, tasks, cfg.data.env_id, settings=eval_settings(cfg),
+                                      batch_episodes=cfg.eval.batch_episodes, env_kwargs=env_kwargs(cfg))
     if args.json:
         print(json.dumps(results, indent=2))
     else:

@@ -44,6 +44,7 @@ from .rollout import RolloutEngine, RolloutSettings, RolloutStats, Trajectory
 from .sft import Demo, demonstrations, sft_batch_loss
 from .sources import make_source, source_env_options
 from .task_source import GroupResult, TaskSource
+from .threads import torch_threads
 
 
 @dataclass
@@ -447,8 +448,9 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
 
         # 5. periodic evaluation and checkpoint
         if eval_sets and cfg.eval.every and (step + 1) % cfg.eval.every == 0:
-            res = evaluate_sets(eval_engine, eval_sets, accelerator, cfg.eval.batch_episodes, unwrapped,
-                                cfg.eval.samples, cfg.seed)
+            with torch_threads(cfg.eval.threads):
+                res = evaluate_sets(eval_engine, eval_sets, accelerator, cfg.eval.batch_episodes, unwrapped,
+                                    cfg.eval.samples, cfg.seed)
             evals.append({"step": step + 1, **{k: _scalars(v) for k, v in res.items()}})
             if main and logger is not None:
                 for rec in eval_records(evals[-1]):

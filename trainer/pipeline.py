@@ -8,11 +8,10 @@ skipped and GRPO continues from its latest checkpoint.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 from accelerate import Accelerator
@@ -26,6 +25,7 @@ from .plots import plot_training_curve
 from .policy import Policy, load_policy, make_policy, save_policy
 from .rollout import RolloutEngine
 from .sft import Demo, demonstrations, env_mode, train_sft
+from .threads import torch_threads
 from .tasks import load_tasks, spread, using_fallback
 
 
@@ -101,19 +101,6 @@ def warm_start(cfg: TrainConfig, policy: Policy, seeds: list, accelerator: Accel
     return record
 
 
-@contextlib.contextmanager
-def torch_threads(n: int) -> Iterator[None]:
-    """``torch.set_num_threads(n)`` for the block, the previous count restored after; ``n <= 0``
-    leaves torch's count as it is."""
-    before = torch.get_num_threads()
-    if n > 0:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def apply_threads(cfg: TrainConfig) -> None:
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
@@ -150,8 +137,9 @@ def run_training(cfg: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
     if resume and before_file.exists():
         before = json.loads(before_file.read_text())
     else:
-        before = evaluate_sets(engine, eval_sets, accelerator, cfg.eval.batch_episodes, policy.model, cfg.eval.samples,
-                               cfg.seed)
+        with torch_threads(cfg.eval.threads):
+            before = evaluate_sets(engine, eval_sets, accelerator, cfg.eval.batch_episodes, policy.model,
+                                   cfg.eval.samples, cfg.seed)
         if accelerator.is_main_process:
             before_file.write_text(json.dumps(before, indent=2))
     for split, res in before.items():
@@ -161,8 +149,9 @@ def run_training(cfg: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
     loop: LoopResult = grpo_train(cfg, policy, seeds, run_dir=run_dir, accelerator=accelerator, eval_sets=eval_sets,
                                   resume=resume, demos=demos)
     grpo_seconds = time.perf_counter() - t_grpo
-    after = evaluate_sets(engine, eval_sets, accelerator, cfg.eval.batch_episodes, policy.model, cfg.eval.samples,
-                          cfg.seed)
+    with torch_threads(cfg.eval.threads):
+        after = evaluate_sets(engine, eval_sets, accelerator, cfg.eval.batch_episodes, policy.model, cfg.eval.samples,
+                              cfg.seed)
     summary = {
         "name": cfg.name, "env_id": cfg.data.env_id, "policy": policy.name, "parameters": n_params,
         "processes": accelerator.num_processes, "sft": sft_record, "grpo_steps": loop.steps_done,
