@@ -9,7 +9,9 @@ from rods_gym.trainer.config import PolicyConfig
 from rods_gym.trainer.generation import generate_actions
 from rods_gym.trainer.grpo import make_batch, token_logprobs
 from rods_gym.trainer.policy import build_tiny_policy
-from rods_gym.trainer.rollout import RolloutEngine, RolloutSettings, oracle_actions
+from dataclasses import replace
+
+from rods_gym.trainer.rollout import Branch, RolloutEngine, RolloutSettings, branch_after_first_rejection, oracle_actions
 from rods_gym.trainer.sft import make_demonstrations
 from rods_gym.trainer.transcript import ChatCodec, TemplateError
 
@@ -88,6 +90,40 @@ def test_episodes_finish_at_different_turns(compact_policy, easy_tasks) -> None:
     trajs, _ = budget.run([one, two], 1, generator=torch.Generator().manual_seed(2))
     assert [t.turns for t in trajs] == [oracle_actions(one) + 1, oracle_actions(two) + 1] == [3, 4]
     assert all(t.truncated for t in trajs)
+
+
+def test_branch_episodes_replay_a_prefix_as_context_and_continue_from_it(compact_policy, easy_tasks) -> None:
+    # an untrained policy's actions are mostly rejected: every episode has a first rejection to branch at
+    engine = RolloutEngine(compact_policy, "rods/ToolChain-Compact-v0", RolloutSettings(max_action_tokens=4, max_turns=6))
+    trajs, _ = engine.run(easy_tasks[:4], 1, generator=torch.Generator().manual_seed(3))
+    assert all(len(t.rejected) == t.turns and t.errors == sum(t.rejected) for t in trajs)
+    pairs = [(t, branch_after_first_rejection(t, engine.action_budget(t.task))) for t in trajs]
+    pairs = [(t, b) for t, b in pairs if b is not None]
+    assert pairs, "expected rejected actions from an untrained policy"
+    tr, branch = pairs[0]
+    k = tr.rejected.index(True)
+    assert len(branch.actions) == k + 1 and list(branch.ids) == tr.transcript.ids[: tr.action_spans[k + 1][0]]
+    assert [list(a) for a in branch.actions] == [tr.transcript.ids[a:b] for a, b in tr.action_spans[: k + 1]]
+    conts, _ = engine.run([branch.task], 3, branches=[branch], env_options=[branch.env_options],
+                          generator=torch.Generator().manual_seed(4))
+    for c in conts:
+        n = len(branch.ids)
+        assert c.prefix is branch and c.transcript.ids[:n] == list(branch.ids)
+        assert not any(c.transcript.action_mask[:n]) and c.turns >= 1  # the prefix is context, never trained
+        assert c.turns <= engine.action_budget(c.task) - len(branch.actions)  # the budget counts the replayed actions
+        assert all(a >= n for a, _ in c.action_spans)
+    # branch episodes are not branched again, and an episode without a rejection has no branch point
+    assert all(branch_after_first_rejection(c, 99) is None for c in conts)
+    clean = replace(tr, rejected=[False] * tr.turns)
+    assert branch_after_first_rejection(clean, 99) is None
+    # a prefix that does not replay to the recorded tokens, or that ends the episode, is refused
+    tampered = Branch(branch.task, branch.env_options, branch.actions, branch.ids[:-1])
+    with pytest.raises(ValueError, match="other tokens"):
+        engine.run([branch.task], 1, branches=[tampered], generator=torch.Generator().manual_seed(4))
+    one_turn = next(t for t in easy_tasks if len(t.turns) == 1)
+    reply = Branch(one_turn, {}, (tuple(engine.codec.action_ids("reply")),), ())  # a reply ends a one-turn task
+    with pytest.raises(ValueError, match="ends the episode"):
+        engine.run([one_turn], 1, branches=[reply])
 
 
 def test_batched_generation_equals_one_at_a_time(compact_policy) -> None:

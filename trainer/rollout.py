@@ -8,6 +8,9 @@ The ``repeats`` episodes of a task whose first conversations are equal share one
 and tokenizing of it. Episodes end at different turns (terminated, truncated by the env's
 step limit, by ``max_turns``, or because the context would exceed ``max_context``). The
 return of an episode is the sum of its rewards (its final progress with the default reward).
+Episodes can also start from a ``Branch``: a recorded prefix of actions replayed as context (e.g.
+the state right after a rejected call, ``branch_after_first_rejection``), so a group of episodes
+shares its history up to that point.
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ class Trajectory:
     env_options: dict[str, Any] = field(default_factory=dict)
     rewards: list[float] = field(default_factory=list)  # the env's reward for each action, in order
     action_spans: list[tuple[int, int]] = field(default_factory=list)  # [start, end) of each action's ids
+    rejected: list[bool] = field(default_factory=list)  # whether the env rejected each action (error class != none)
+    prefix: "Branch | None" = None  # the replayed start of a branch episode (its actions are context, not trained)
 
     @property
     def turns(self) -> int:
@@ -70,6 +75,36 @@ class Trajectory:
     @property
     def n_generated(self) -> int:
         return sum(self.transcript.action_mask)
+
+
+@dataclass(frozen=True)
+class Branch:
+    """A state to restart episodes from: a task and the generated ids of the actions that led there.
+
+    Episodes run from a branch (``RolloutEngine.run(..., branches=...)``) replay those actions in a
+    fresh environment, their ids entering the transcript as context (no loss, no log-probs), then
+    continue with the policy. A group of such episodes shares its whole history, so their returns
+    differ only by what the policy did after the branch point (how ARPO and TreeRL branch rollouts).
+    """
+
+    task: TaskSpec
+    env_options: Mapping[str, Any]
+    actions: tuple[tuple[int, ...], ...]  # the prefix actions' ids, each as generated (stop token included)
+    ids: tuple[int, ...]  # the transcript's ids up to the branch point (checked when replayed)
+
+
+def branch_after_first_rejection(tr: "Trajectory", budget: int) -> Branch | None:
+    """The state right after ``tr``'s first rejected action (its error observation read), when the
+    episode went on from there and at least one of ``budget`` actions is left; else None. Branch
+    episodes themselves are not branched again."""
+    if tr.prefix is not None or True not in tr.rejected:
+        return None
+    k = tr.rejected.index(True)
+    if k + 1 >= min(len(tr.action_spans), budget):  # the rejection was the last action taken, or nothing is left
+        return None
+    ids = tr.transcript.ids
+    actions = tuple(tuple(ids[a:b]) for a, b in tr.action_spans[: k + 1])
+    return Branch(tr.task, dict(tr.env_options), actions, tuple(ids[: tr.action_spans[k + 1][0]]))
 
 
 @dataclass
@@ -120,8 +155,9 @@ class RolloutEngine:
 
     def run(self, tasks: Sequence[TaskSpec], repeats: int = 1, *, generator: torch.Generator | None = None,
             greedy: bool = False, seed: int = 0, env_options: Sequence[Mapping[str, Any]] | None = None,
-            model: Any = None) -> tuple[list[Trajectory], RolloutStats]:
-        """``repeats`` episodes of every task (task-major order: task 0's episodes first)."""
+            model: Any = None, branches: Sequence[Branch | None] | None = None) -> tuple[list[Trajectory], RolloutStats]:
+        """``repeats`` episodes of every task (task-major order: task 0's episodes first). ``branches``
+        (aligned with ``tasks``): where a task's episodes start from a replayed prefix (``Branch``)."""
         s = self.settings
         model = model if model is not None else self.policy.model
         stats = RolloutStats()
@@ -138,7 +174,11 @@ class RolloutEngine:
                 messages, tools = conversation_start(env, obs)
                 if first is None or (messages, tools) != (first[0], first[1]):
                     first = (messages, tools, self.codec.start(messages, tools))
-                trajs.append(Trajectory(task, ti, first[2].copy(), progress=info["progress"], env_options=opts))
+                tr = Trajectory(task, ti, first[2].copy(), progress=info["progress"], env_options=opts)
+                branch = branches[ti] if branches is not None else None
+                if branch is not None:
+                    messages = self._replay(env, tr, branch, messages, tools)
+                trajs.append(tr)
                 convs.append((messages, tools))
         stats.env_time += time.perf_counter() - t0
 
@@ -147,7 +187,7 @@ class RolloutEngine:
         session = DecodeSession(model, self.policy.pad_id, len(trajs))
         rows = list(range(len(trajs)))  # the trajectory of each session row
         new_ids = [list(tr.transcript.ids) for tr in trajs]  # ids each row has not fed yet
-        limits = [s.max_turns if s.turn_slack is None else min(s.max_turns, oracle_actions(tr.task) + s.turn_slack)
+        limits = [self.action_budget(tr.task) - (len(tr.prefix.actions) if tr.prefix is not None else 0)
                   for tr in trajs]
         for _ in range(s.max_turns):
             fits = []
@@ -177,7 +217,8 @@ class RolloutEngine:
                 obs, reward, terminated, truncated, info = env.step(text)
                 tr.rewards.append(float(reward))
                 tr.progress, tr.success = float(info["progress"]), bool(info["success"])
-                tr.errors += info["error"] != "none"
+                tr.rejected.append(info["error"] != "none")
+                tr.errors += tr.rejected[-1]
                 if terminated or truncated:
                     tr.done, tr.truncated = True, bool(truncated and not terminated)
                     continue
@@ -202,3 +243,28 @@ class RolloutEngine:
             model.train()
         stats.context_tokens = sum(len(tr.transcript) for tr in trajs) - stats.gen_tokens
         return trajs, stats
+
+    def action_budget(self, task: TaskSpec) -> int:
+        """The actions an episode of ``task`` may take (``max_turns``, or the oracle's count + ``turn_slack``)."""
+        s = self.settings
+        return s.max_turns if s.turn_slack is None else min(s.max_turns, oracle_actions(task) + s.turn_slack)
+
+    def _replay(self, env: gym.Env, tr: Trajectory, branch: Branch, messages: Messages, tools: Tools) -> Messages:
+        """Step ``branch``'s actions in the freshly reset ``env``, their ids entering ``tr`` as context."""
+        info: dict[str, Any] = {}
+        for ids in branch.actions:
+            text = self.codec.action_text(ids)
+            tr.transcript.add_context(ids)
+            obs, _, terminated, truncated, info = env.step(text)
+            if terminated or truncated:
+                raise ValueError(f"task {tr.task.id!r}: the branch's prefix ends the episode; a branch starts "
+                                 "where the episode went on")
+            messages, n_new = conversation_step(env, messages, text, obs, info)
+            stopped = bool(ids) and ids[-1] in self.codec.stop_ids
+            self.codec.continue_after_action(tr.transcript, messages, n_new, tools, stopped)
+        if tuple(tr.transcript.ids) != branch.ids:
+            raise ValueError(f"task {tr.task.id!r}: replaying the branch's {len(branch.actions)} actions gave other "
+                             "tokens than the episode it was taken from (another environment, env options or "
+                             "tokenizer?)")
+        tr.progress, tr.prefix = float(info.get("progress", tr.progress)), branch
+        return messages

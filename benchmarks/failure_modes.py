@@ -1,0 +1,147 @@
+"""Why a policy fails: greedy episodes classified, what follows a rejected call, and whether it can recover.
+
+    python benchmarks/failure_modes.py runs/default/sft_policy
+    python benchmarks/failure_modes.py runs/default/sft_policy runs/default/checkpoints/step-000060/policy --samples 8
+
+For each policy (a ``save_pretrained`` directory), every task of the split is played once greedily
+in the training config's evaluation environment and limits (``--config``, default the main job's):
+
+- **outcomes**: success; failure without any rejected action (a wrong or early reply, or out of
+  turns); failure after a rejected action, the episode ended by the policy or truncated.
+- **after a rejected action**, what the next action is: the same call again (the identical
+  action text), the same tool with other arguments, another tool, a reply, a question, or nothing
+  (the episode ended there).
+- **recovery**: from the state right after each greedy episode's first rejected action (the error
+  observation read), ``--samples`` episodes continue sampled at ``--temperature`` (the prefix
+  replayed in a fresh environment, ``RolloutEngine.run(branches=...)``). Reported: their success,
+  the progress they add after the branch point, and the share of branch points from which any
+  continuation succeeds or the continuations' returns differ at all (what a GRPO group started
+  there could learn from).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any, Sequence
+
+import rods_gym.trainer  # noqa: F401  (sets OMP_WAIT_POLICY before torch loads)
+import numpy as np
+import torch
+
+from rods_gym.trainer.config import load_config
+from rods_gym.trainer.loop import env_kwargs, eval_settings
+from rods_gym.trainer.policy import load_policy
+from rods_gym.trainer.rollout import RolloutEngine, Trajectory, branch_after_first_rejection
+from rods_gym.trainer.tasks import load_tasks
+
+OUTCOMES = ("success", "failed, no rejected action", "failed after a rejection, ended",
+            "failed after a rejection, truncated")
+NEXT = ("same call again", "same tool, other arguments", "another tool", "reply", "ask", "nothing (episode over)")
+
+
+def outcome(tr: Trajectory) -> str:
+    if tr.success:
+        return OUTCOMES[0]
+    if not any(tr.rejected):
+        return OUTCOMES[1]
+    return OUTCOMES[3] if tr.truncated else OUTCOMES[2]
+
+
+def next_kind(action: str, following: str | None) -> str:
+    """What the action after a rejected ``action`` was (``following``: its text, None if there was none)."""
+    if following is None:
+        return NEXT[5]
+    if following == action:
+        return NEXT[0]
+    words, before = following.split(), action.split()
+    if words[:1] == ["call"]:
+        return NEXT[1] if words[:2] == before[:2] else NEXT[2]
+    return NEXT[4] if words[:1] == ["ask"] else NEXT[3]
+
+
+def action_texts(engine: RolloutEngine, tr: Trajectory) -> list[str]:
+    ids = tr.transcript.ids
+    return [engine.codec.action_text(ids[a:b]) for a, b in tr.action_spans]
+
+
+def analyse(policy_dir: str | Path, tasks: Sequence[Any], *, config: str = "default", samples: int = 8,
+            temperature: float = 0.7, seed: int = 0) -> dict[str, Any]:
+    """Outcome shares, next-action counts after rejections and recovery figures of one policy."""
+    cfg = load_config(config, [f"rollout.temperature={temperature}"])
+    engine = RolloutEngine(load_policy(policy_dir), cfg.data.env_id, eval_settings(cfg), env_kwargs(cfg))
+    if engine.mode != "compact":
+        raise ValueError(f"{cfg.data.env_id} uses the {engine.mode} view; this analysis reads compact actions "
+                         "(call TOOL ... / ask / reply)")
+    greedy, _ = engine.run(tasks, 1, greedy=True, seed=0)
+    outcomes = Counter(outcome(tr) for tr in greedy)
+    after: Counter[str] = Counter()
+    for tr in greedy:
+        texts = action_texts(engine, tr)
+        for k, rejected in enumerate(tr.rejected):
+            if rejected:
+                after[next_kind(texts[k], texts[k + 1] if k + 1 < len(texts) else None)] += 1
+    branches = [b for b in (branch_after_first_rejection(tr, engine.action_budget(tr.task)) for tr in greedy)
+                if b is not None]
+    recovery: dict[str, Any] = {"branch_points": len(branches)}
+    if branches and samples > 0:
+        conts, _ = engine.run([b.task for b in branches], samples, seed=1_000_000, branches=branches,
+                              env_options=[b.env_options for b in branches],
+                              generator=torch.Generator().manual_seed(seed))
+        returns = np.array([c.ret for c in conts]).reshape(len(branches), samples)
+        wins = np.array([c.success for c in conts]).reshape(len(branches), samples)
+        recovery.update(samples=samples, success=float(wins.mean()), progress_added=float(returns.mean()),
+                        any_success=float(wins.any(axis=1).mean()), returns_differ=float((returns.std(axis=1) > 0).mean()))
+    n = len(greedy)
+    return {"policy": str(policy_dir), "tasks": n, "success": outcomes[OUTCOMES[0]] / n,
+            "outcomes": {k: outcomes[k] / n for k in OUTCOMES}, "rejections": sum(after.values()),
+            "after_rejection": {k: after[k] for k in NEXT}, "recovery": recovery}
+
+
+def markdown(reports: Sequence[dict[str, Any]], temperature: float) -> str:
+    names = [f"`{r['policy']}`" for r in reports]
+    head = f"| greedy episodes, {reports[0]['tasks']} tasks | " + " | ".join(names) + " |\n|---|" + "---|" * len(reports)
+    rows = [f"| {k} | " + " | ".join(f"{r['outcomes'][k]:.3f}" for r in reports) + " |" for k in OUTCOMES]
+    rows.append("| rejected actions | " + " | ".join(str(r["rejections"]) for r in reports) + " |")
+    rows += [f"| next: {k} | " + " | ".join(f"{r['after_rejection'][k] / max(r['rejections'], 1):.3f}" for r in reports)
+             + " |" for k in NEXT]
+    rows.append("| branch points (first rejection, turns left) | "
+                + " | ".join(str(r["recovery"]["branch_points"]) for r in reports) + " |")
+    for key, label in (("success", f"continuations at T={temperature:g}: success"),
+                       ("progress_added", "continuations: progress added"),
+                       ("any_success", "branch points with a successful continuation"),
+                       ("returns_differ", "branch points whose continuations' returns differ")):
+        rows.append(f"| {label} | " + " | ".join(f"{r['recovery'][key]:.3f}" if key in r["recovery"] else "-"
+                                                 for r in reports) + " |")
+    return head + "\n" + "\n".join(rows)
+
+
+def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("policies", nargs="+", help="policy directories")
+    ap.add_argument("--split", default="test", help="a task split name or a JSONL path")
+    ap.add_argument("--tasks", type=int, default=0, help="first N tasks of the split (0: all)")
+    ap.add_argument("--samples", type=int, default=8, help="sampled continuations per branch point (0: none)")
+    ap.add_argument("--temperature", type=float, default=0.7)
+    ap.add_argument("--config", default="default", help="training config whose environment and limits to use")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", help="also write the reports as JSON here")
+    args = ap.parse_args(argv)
+    if args.samples < 0 or args.temperature <= 0:
+        ap.error("--samples must be >= 0 and --temperature > 0")
+    torch.set_num_threads(args.threads)
+    tasks = load_tasks(args.split, load_config(args.config).data)
+    tasks = tasks[: args.tasks] if args.tasks else tasks
+    reports = [analyse(p, tasks, config=args.config, samples=args.samples, temperature=args.temperature,
+                       seed=args.seed) for p in args.policies]
+    print(markdown(reports, args.temperature))
+    if args.out:
+        Path(args.out).write_text(json.dumps(reports, indent=2))
+    return reports
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""benchmarks/failure_modes.py: greedy outcomes, actions after a rejection, recovery from branch points."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import benchmarks_on_path, easy_seed_tasks, warm_tiny_policy
+from rods_gym import write_jsonl
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
+
+
+@pytest.fixture(scope="module")
+def fm() -> Any:
+    with benchmarks_on_path():
+        import failure_modes
+
+        yield failure_modes
+
+
+def test_the_action_after_a_rejection_is_classified(fm) -> None:
+    call = "call get_order order_id $3"
+    assert fm.next_kind(call, call) == "same call again"
+    assert fm.next_kind(call, "call get_order order_id $4") == "same tool, other arguments"
+    assert fm.next_kind(call, "call cancel_order order_id $3") == "another tool"
+    assert fm.next_kind(call, "reply $2") == fm.next_kind(call, "reply") == "reply"
+    assert fm.next_kind(call, "ask") == "ask"
+    assert fm.next_kind(call, None) == "nothing (episode over)"
+
+
+def test_reports_add_up_and_recovery_runs_from_every_branch_point(fm, tmp_path: Path, capsys) -> None:
+    tasks = easy_seed_tasks()[:6]
+    write_jsonl(tasks, tmp_path / "tasks.jsonl")
+    weak = warm_tiny_policy(tmp_path / "weak", sft_steps=2)  # rejects many actions
+    reports = fm.main([str(weak), "--split", str(tmp_path / "tasks.jsonl"), "--samples", "2",
+                       "--out", str(tmp_path / "fm.json")])
+    (r,) = reports
+    assert r["tasks"] == 6 and sum(r["outcomes"].values()) == pytest.approx(1.0)
+    assert set(r["after_rejection"]) == set(fm.NEXT) and sum(r["after_rejection"].values()) == r["rejections"]
+    assert r["rejections"] > 0 and r["recovery"]["branch_points"] > 0
+    rec = r["recovery"]
+    assert rec["samples"] == 2 and 0.0 <= rec["success"] <= rec["any_success"] <= 1.0
+    assert 0.0 <= rec["returns_differ"] <= 1.0
+    assert json.loads((tmp_path / "fm.json").read_text())[0]["rejections"] == r["rejections"]
+    assert "branch points whose continuations' returns differ" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        fm.main([str(weak), "--temperature", "0"])
