@@ -9,13 +9,14 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from rods_gym import DIFFICULTIES, TaskSampler, default_suite, write_jsonl
 from rods_gym.trainer.config import PolicyConfig, SFTConfig
 from rods_gym.trainer.policy import build_tiny_policy, load_policy, save_policy
-from rods_gym.trainer.sft import make_demonstrations, train_sft
+from rods_gym.trainer.sft import length_grouped_batches, make_demonstrations, pad_right, sft_loss, train_sft
 
 WORKER = textwrap.dedent("""
     import sys
@@ -67,6 +68,13 @@ WORKER = textwrap.dedent("""
     ptx_result = grpo_train(ptx_cfg, ptx_policy, seeds, run_dir=ptx_cfg.run_dir, accelerator=acc)
     torch.save({"ptx_weights": torch.cat([p.detach().flatten() for p in ptx_policy.model.parameters()]),
                 "ptx_history": ptx_result.history}, out / f"ptx{rank}.pt")
+    # 4. the warm start over both processes: each takes its share of every batch; the reported loss is global
+    from rods_gym.trainer.config import SFTConfig
+    from rods_gym.trainer.sft import train_sft
+    sft_demos = make_demonstrations(load_policy(warm), seeds[:8], "rods/ToolChain-Compact-v0")
+    sft_losses = train_sft(load_policy(warm), sft_demos, SFTConfig(steps=2, batch_size=4, lr=1e-3), seed=3,
+                           accelerator=acc)
+    torch.save({"sft_losses": sft_losses}, out / f"sft{rank}.pt")
     torch.save({"rank": rank, "world": world, "backend": acc.state.backend, "local": local, "synced": synced, "every_local": every_local,
                 "weights": torch.cat([p.detach().flatten() for p in trained.model.parameters()]),
                 "history": result.history}, out / f"rank{rank}.pt")
@@ -117,6 +125,18 @@ def test_two_cpu_processes_average_gradients_and_stay_identical(tmp_path: Path) 
     p0, p1 = (torch.load(tmp_path / f"ptx{r}.pt", weights_only=False) for r in (0, 1))
     assert torch.equal(p0["ptx_weights"], p1["ptx_weights"]) and not torch.equal(p0["ptx_weights"], r0["weights"])
     assert all(h["sft_loss"] > 0 for h in p0["ptx_history"])
+    # the warm start's reported loss is the global one: at its first step (before any update) it equals the
+    # one-process loss of the same whole batch, on every rank
+    s0, s1 = (torch.load(tmp_path / f"sft{r}.pt", weights_only=False)["sft_losses"] for r in (0, 1))
+    assert s0 == pytest.approx(s1, rel=1e-6)
+    demos = make_demonstrations(load_policy(warm), tasks[:8], "rods/ToolChain-Compact-v0")
+    whole = [demos[i] for i in length_grouped_batches([len(d.transcript) for d in demos], 4,
+                                                      np.random.default_rng(3)).pop()]
+    ids, attn, amask = pad_right([d.transcript.ids for d in whole], [d.transcript.action_mask for d in whole],
+                                 load_policy(warm).pad_id)
+    with torch.no_grad():
+        expected = float(sft_loss(load_policy(warm).model.train(), ids, attn, amask))
+    assert s0[0] == pytest.approx(expected, rel=1e-4)
     # the metrics cover the episodes of both ranks (4 tasks x 3 rollouts)
     assert [h["episodes"] for h in r0["history"]] == [12, 12]
     # and every process logged the same (gathered) training statistics

@@ -74,8 +74,11 @@ def demonstrations(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec]) 
 def env_mode(env_id: str) -> str:
     """The view (chat, compact, structured) of a registered environment."""
     env = gym.make(env_id)
-    mode = env.unwrapped.mode
+    mode = getattr(env.unwrapped, "mode", None)
     env.close()
+    if mode is None:
+        raise ValueError(f"environment {env_id!r} is not a rods_gym tool-use environment (rods/ToolChain-*-v0); "
+                         "the trainer renders its episodes through their chat/compact views")
     return mode
 
 
@@ -171,7 +174,8 @@ def train_sft(policy: Policy, demos: Sequence[Demo], cfg: SFTConfig, *, seed: in
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
         optimizer.step()
         scheduler.step()
-        value = float(loss.detach()) * world if world > 1 else float(loss.detach())
+        # each process's loss is its tokens' sum over 1/world of the global token count: the global loss is their mean
+        value = float(accelerator.reduce(loss.detach(), reduction="mean")) if world > 1 else float(loss.detach())
         losses.append(value)
         if on_step is not None:
             on_step(step, value)
