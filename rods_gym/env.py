@@ -81,6 +81,9 @@ class ToolChainEnv(gym.Env):
         if isinstance(task_set, (str, Path)):
             if str(task_set) in ("train", "dev", "test", "ood"):
                 return load_split(str(task_set))
+            if not Path(task_set).is_file():
+                raise FileNotFoundError(f"task_set {str(task_set)!r} is neither a split name (train, dev, test, ood) "
+                                        "nor a JSONL file")
             return read_jsonl(task_set)
         tasks = [t if isinstance(t, TaskSpec) else TaskSpec.from_dict(t) for t in task_set]
         if not tasks:

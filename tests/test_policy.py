@@ -99,8 +99,10 @@ def test_policy_init_does_not_touch_the_global_rng() -> None:
 
 
 def test_missing_policy_names_the_path_and_the_offline_hint(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="local_files_only"):
+    with pytest.raises(FileNotFoundError, match="nope'.*no such directory"):  # a local path: it does not exist
         load_policy(tmp_path / "nope")
+    with pytest.raises(FileNotFoundError, match="rods-gym-tests/no-such-model.*local_files_only"):  # a hub name, offline
+        load_policy("rods-gym-tests/no-such-model")
     with pytest.raises(ValueError, match="structured"):
         build_tiny_policy(TINY, "structured")
 

@@ -35,6 +35,15 @@ def latest_checkpoint(root: str | Path) -> Path | None:
     return done[-1] if done else None
 
 
+def refuse_stale_checkpoints(run_dir: str | Path, *, resume: bool) -> None:
+    """A new (not resumed) run must not start over an earlier run's checkpoints: they would outlive
+    the new ones (pruning keeps the highest step numbers) and a later resume would pick them up."""
+    ckpt = latest_checkpoint(Path(run_dir) / "checkpoints")
+    if ckpt is not None and not resume:
+        raise ValueError(f"{run_dir} holds checkpoints of an earlier run (latest: {ckpt.name}); continue it with "
+                         "--resume, or start the new run in another --run-dir")
+
+
 def global_rng_state() -> dict[str, Any]:
     return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ CONFIG_HELP = "YAML config file or shipped config name (default, chat_tiny, ...)
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", default="default", help=CONFIG_HELP)
+    p.add_argument("--config", default=None, help=CONFIG_HELP)
     p.add_argument("--model", default=None, help="policy: 'tiny' (embedded) or a hub name / local path")
     p.add_argument("--env", default=None, help="environment id (e.g. rods/ToolChain-Compact-v0)")
     p.add_argument("--run-dir", default=None, help="output directory (default runs/<name>)")
@@ -21,7 +22,12 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
 
 
 def load_from_args(args: argparse.Namespace) -> Any:
-    """The run's config: file + overrides; also quiets transformers' per-save progress bars (CLI only)."""
+    """The run's config: file + overrides; also quiets transformers' per-save progress bars (CLI only).
+
+    With ``--resume`` and a run directory that has a saved ``config.yaml``, that file is the base
+    (the run continues as it was configured) and only the command line's overrides change it;
+    the fields they change are printed.
+    """
     from transformers.utils import logging as hf_logging
 
     from .config import load_config
@@ -35,7 +41,38 @@ def load_from_args(args: argparse.Namespace) -> Any:
         overrides.append(f"data.env_id={args.env}")
     if args.run_dir:
         overrides.append(f"run_dir={args.run_dir}")
-    return load_config(args.config, overrides)
+    cfg = load_config(args.config or "default", overrides)
+    if not getattr(args, "resume", False):
+        return cfg
+    saved = Path(cfg.run_dir) / "config.yaml"
+    if not saved.exists():
+        print(f"resume: {cfg.run_dir} has no saved config.yaml; using the command line's config (finished phases "
+              "found there, e.g. a copied sft_policy/, are still reused)")
+        return cfg
+    if args.config is not None:
+        raise ConfigError(f"--resume continues the run with its saved config ({saved}); give overrides "
+                          f"(key=value), not --config {args.config}")
+    before = load_config(saved)
+    cfg = load_config(saved, overrides)
+    changed = [f"{k}: {a!r} -> {b!r}" for k, (a, b) in _diff(before.to_dict(), cfg.to_dict()).items()]
+    print(f"resume: the run's saved config ({saved})" + (", with " + "; ".join(changed) if changed else ""))
+    return cfg
+
+
+class ConfigError(ValueError):
+    """A command-line configuration mistake: reported as one line, without a traceback."""
+
+
+def _diff(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> dict[str, tuple[Any, Any]]:
+    """Dotted keys whose values differ between two nested config dicts."""
+    out: dict[str, tuple[Any, Any]] = {}
+    for k in sorted(set(a) | set(b)):
+        x, y = a.get(k), b.get(k)
+        if isinstance(x, dict) and isinstance(y, dict):
+            out.update(_diff(x, y, f"{prefix}{k}."))
+        elif x != y:
+            out[f"{prefix}{k}"] = (x, y)
+    return out
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -57,10 +94,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_evaluate)
 
 
+def _config_or_exit(args: argparse.Namespace, command: str) -> Any:
+    """``load_from_args``; a configuration mistake is printed as one line (no traceback) and exits with 2."""
+    from .checkpoint import refuse_stale_checkpoints
+
+    try:
+        cfg = load_from_args(args)
+        if command == "train":
+            refuse_stale_checkpoints(cfg.run_dir, resume=args.resume)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"rods {command}: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    return cfg
+
+
 def run_train(args: argparse.Namespace) -> int:
     from .pipeline import run_training
 
-    cfg = load_from_args(args)
+    cfg = _config_or_exit(args, "train")
     summary = run_training(cfg, resume=args.resume)
     return 0 if summary else 1
 
@@ -74,7 +125,7 @@ def run_sft(args: argparse.Namespace) -> int:
     from .tasks import load_tasks, spread
     from .threads import torch_threads
 
-    cfg = load_from_args(args)
+    cfg = _config_or_exit(args, "sft")
     accelerator = make_accelerator()
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -101,7 +152,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from .tasks import load_tasks, spread
     from .threads import torch_threads
 
-    cfg = load_from_args(args)
+    cfg = _config_or_exit(args, "evaluate")
     if args.policy:
         policy = load_policy(args.policy, cfg.policy.local_files_only, cfg.policy.dtype)
     else:

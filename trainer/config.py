@@ -203,6 +203,13 @@ def check_config(cfg: TrainConfig) -> None:
     for section, name in positive:
         if getattr(getattr(cfg, section), name) < 1:
             raise ValueError(f"config {section}.{name} must be >= 1")
+    if cfg.rollout.group_size < 2:
+        raise ValueError(f"config rollout.group_size must be >= 2: GRPO's advantages compare the rollouts of a "
+                         f"task's group, got {cfg.rollout.group_size}")
+    from .sources import available_sources  # here, not at the top: the sources import this module
+
+    if cfg.data.source not in available_sources():
+        raise ValueError(f"config data.source={cfg.data.source!r}: choose one of {sorted(available_sources())}")
     if cfg.rollout.temperature <= 0:
         raise ValueError("config rollout.temperature must be > 0 (evaluation is greedy by itself)")
     if not (0 <= cfg.grpo.eps_low < 1 and cfg.grpo.eps_high >= 0):
@@ -226,8 +233,9 @@ def check_config(cfg: TrainConfig) -> None:
         raise ValueError(f"config grpo.negative_weight must lie in [0, 1], got {cfg.grpo.negative_weight}")
     if cfg.eval.samples < 0:
         raise ValueError(f"config eval.samples must be >= 0, got {cfg.eval.samples}")
-    if cfg.threads < 0 or cfg.sft.threads < 0:
-        raise ValueError("config threads and sft.threads must be >= 0 (0: torch's default / the run's threads)")
+    if cfg.threads < 0 or cfg.sft.threads < 0 or cfg.eval.threads < 0:
+        raise ValueError("config threads, sft.threads and eval.threads must be >= 0 (0: torch's default / the run's "
+                         "threads)")
     if cfg.steps < 0 or cfg.checkpoint_every < 0 or cfg.keep_checkpoints < 1:
         raise ValueError("config steps and checkpoint_every must be >= 0 and keep_checkpoints >= 1")
 
@@ -332,14 +340,32 @@ def resolve_config_path(path: str | Path) -> Path:
     raise FileNotFoundError(f"config {str(path)!r} is neither a file nor a shipped config ({', '.join(names)})")
 
 
+MAX_BASE_DEPTH = 8
+
+
+def read_config_file(path: str | Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A config file's mapping. A top-level ``base: NAME_OR_PATH`` key (a shipped config such as
+    ``default``, or a file, relative to this one) is read first and this file's keys are merged
+    over it, so a config of your own can change a few fields of the main job's."""
+    p = resolve_config_path(path).resolve()
+    if p in chain or len(chain) >= MAX_BASE_DEPTH:
+        raise ValueError(f"config file {p}: its base chain {' -> '.join(str(c) for c in (*chain, p))} "
+                         f"{'loops' if p in chain else f'is deeper than {MAX_BASE_DEPTH}'}")
+    loaded = yaml.safe_load(p.read_text()) or {}
+    if not isinstance(loaded, Mapping):
+        raise ValueError(f"config file {p}: the top level must be a mapping")
+    data = dict(loaded)
+    if "base" not in data:
+        return data
+    base = data.pop("base")
+    if not isinstance(base, str):
+        raise ValueError(f"config file {p}: base must be a config name or path, got {base!r}")
+    relative = p.parent / base
+    return merge(read_config_file(relative if relative.exists() else base, (*chain, p)), data)
+
+
 def load_config(path: str | Path | None = None, overrides: Sequence[str] | Mapping[str, Any] = ()) -> TrainConfig:
-    data: dict[str, Any] = {}
-    if path is not None:
-        p = resolve_config_path(path)
-        loaded = yaml.safe_load(p.read_text()) or {}
-        if not isinstance(loaded, Mapping):
-            raise ValueError(f"config file {p}: the top level must be a mapping")
-        data = dict(loaded)
+    data: dict[str, Any] = read_config_file(path) if path is not None else {}
     extra = parse_overrides(overrides) if not isinstance(overrides, Mapping) else overrides
     data = merge(data, extra)
     if "run_dir" not in data and "name" in data:

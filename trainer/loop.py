@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 from rods_gym.episode import ERROR_CLASSES, RewardConfig
 from rods_gym.task import TaskSpec
 
-from .checkpoint import (finish_checkpoint, latest_checkpoint, load_rank_rng, load_trainer_state,
+from .checkpoint import (finish_checkpoint, latest_checkpoint, load_rank_rng, load_trainer_state, refuse_stale_checkpoints,
                          set_global_rng_state, write_rank_rng)
 from .config import TrainConfig
 from .curricula.arms import DynamicSampling
@@ -229,6 +229,7 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
     source = source if source is not None else make_source(cfg.data.source, cfg, seeds, rng_seed=cfg.seed)
     generator = torch.Generator(device=policy.device).manual_seed(cfg.seed * 1_000_003 + rank)
     start_step, history, evals = 0, [], []
+    refuse_stale_checkpoints(run_dir, resume=resume)
     ckpt = latest_checkpoint(ckpt_root) if resume else None
     if ckpt is not None:
         policy.model.load_state_dict(load_policy(ckpt / "policy", dtype=cfg.policy.dtype).model.state_dict())

@@ -18,6 +18,7 @@ from accelerate import Accelerator
 
 import rods_gym  # noqa: F401  (registers the environments)
 
+from .checkpoint import refuse_stale_checkpoints
 from .config import TrainConfig, save_config
 from .evaluation import figures_line
 from .loop import LoopResult, env_kwargs, eval_settings, evaluate_sets, grpo_train
@@ -107,6 +108,7 @@ def apply_threads(cfg: TrainConfig) -> None:
 
 
 def run_training(cfg: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
+    refuse_stale_checkpoints(cfg.run_dir, resume=resume)  # before the warm start, not after it
     apply_threads(cfg)
     accelerator = make_accelerator()
     log = lambda *a: _print(accelerator, *a)  # noqa: E731

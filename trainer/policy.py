@@ -91,6 +91,11 @@ def build_tiny_policy(cfg: PolicyConfig, mode: str, suite: Suite | None = None) 
 
 def load_policy(name_or_path: str | Path, local_files_only: bool = True, dtype: str = "float32") -> Policy:
     """Any causal LM with a chat template, by hub name or local directory."""
+    name = str(name_or_path)
+    looks_local = isinstance(name_or_path, Path) or name.startswith(("/", ".", "~")) or name.count("/") > 1
+    if looks_local and not Path(name).expanduser().is_dir():  # a hub name is owner/name
+        raise FileNotFoundError(f"cannot load policy {name!r}: no such directory (a local policy is a "
+                                "save_pretrained directory, e.g. a run's sft_policy/ or checkpoints/step-N/policy/)")
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(name_or_path), local_files_only=local_files_only)
         model = AutoModelForCausalLM.from_pretrained(str(name_or_path), local_files_only=local_files_only,

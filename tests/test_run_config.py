@@ -1,0 +1,112 @@
+"""What a user's configuration mistakes cost: early one-line errors, configs built on the shipped ones,
+resuming with the run's own saved config, and a run directory that still holds an earlier run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+import torch
+
+import rods_gym  # noqa: F401  (registers the environments)
+from rods_gym.cli import build_parser, main
+from rods_gym.trainer.checkpoint import refuse_stale_checkpoints
+from rods_gym.trainer.commands import load_from_args
+from rods_gym.trainer.config import load_config, save_config
+from rods_gym.trainer.pipeline import run_training
+from rods_gym.trainer.policy import load_policy
+from rods_gym.trainer.sft import env_mode
+
+
+def _args(*argv: str):
+    return build_parser().parse_args(list(argv))
+
+
+def test_a_config_file_can_build_on_a_shipped_one(tmp_path: Path) -> None:
+    (tmp_path / "mine.yaml").write_text("base: default\nname: mine\nsteps: 5\ngrpo:\n  lr: 1.0e-4\n")
+    cfg = load_config(tmp_path / "mine.yaml")
+    default = load_config("default")
+    assert (cfg.steps, cfg.grpo.lr, cfg.name) == (5, 1e-4, "mine")
+    # everything it does not set is the main job's, nested sections merged key by key
+    assert cfg.grpo.eps_high == default.grpo.eps_high and cfg.data.source == default.data.source == "rods"
+    assert cfg.policy.num_layers == default.policy.num_layers == 4
+    # a base relative to the file, two levels deep
+    (tmp_path / "more.yaml").write_text("base: mine.yaml\nsteps: 7\n")
+    assert load_config(tmp_path / "more.yaml").grpo.lr == 1e-4 and load_config(tmp_path / "more.yaml").steps == 7
+    (tmp_path / "a.yaml").write_text("base: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\n")
+    with pytest.raises(ValueError, match="loops"):
+        load_config(tmp_path / "a.yaml")
+    (tmp_path / "odd.yaml").write_text("base: [default]\n")
+    with pytest.raises(ValueError, match="base must be a config name"):
+        load_config(tmp_path / "odd.yaml")
+
+
+def test_mistakes_are_caught_when_the_config_loads() -> None:
+    with pytest.raises(ValueError, match="data.source='rodz': choose one of .*'rods'"):
+        load_config(None, ["data.source=rodz"])
+    with pytest.raises(ValueError, match="group_size must be >= 2"):
+        load_config(None, ["rollout.group_size=1"])
+    with pytest.raises(ValueError, match="eval.threads"):
+        load_config(None, ["eval.threads=-1"])
+
+
+def test_the_cli_reports_a_config_mistake_in_one_line(capsys) -> None:
+    for argv, words in ((["train", "nonsense=1"], "unknown key(s) ['nonsense']"),
+                        (["train", "data.source=rodz"], "choose one of"),
+                        (["sft", "--config", "no-such-config"], "neither a file nor a shipped config"),
+                        (["evaluate", "sft.steps=x"], "sft.steps: expected int")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and f"rods {argv[0]}: error:" in err and words in err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def _fake_checkpoint(run_dir: Path, step: int) -> None:
+    ckpt = run_dir / "checkpoints" / f"step-{step:06d}"
+    ckpt.mkdir(parents=True)
+    torch.save({"step": step}, ckpt / "trainer_state.pt")
+
+
+def test_resume_continues_with_the_runs_saved_config(tmp_path: Path, capsys) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    save_config(load_config("default", [f"run_dir={run}", "steps=2", "eval.tasks=8"]), run / "config.yaml")
+    cfg = load_from_args(_args("train", "--run-dir", str(run), "--resume"))
+    assert (cfg.steps, cfg.eval.tasks) == (2, 8)  # not the default's 60 steps and 400 tasks
+    assert capsys.readouterr().out.strip() == f"resume: the run's saved config ({run / 'config.yaml'})"
+    cfg = load_from_args(_args("train", "--run-dir", str(run), "--resume", "steps=3"))
+    assert (cfg.steps, cfg.eval.tasks) == (3, 8) and "steps: 2 -> 3" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="saved config.*not --config chat_tiny"):
+        load_from_args(_args("train", "--run-dir", str(run), "--resume", "--config", "chat_tiny"))
+    # no config saved there (e.g. only a copied warm start): the command line's config, and it says so
+    fresh = load_from_args(_args("train", "--run-dir", str(tmp_path / "new"), "--resume", "steps=4"))
+    assert fresh.steps == 4 and "no saved config.yaml" in capsys.readouterr().out
+
+
+def test_a_new_run_refuses_an_earlier_runs_checkpoints(tmp_path: Path, capsys) -> None:
+    run = tmp_path / "run"
+    _fake_checkpoint(run, 60)
+    refuse_stale_checkpoints(run, resume=True)  # resuming it is what they are for
+    refuse_stale_checkpoints(tmp_path / "elsewhere", resume=False)
+    with pytest.raises(ValueError, match="earlier run \\(latest: step-000060\\).*--resume"):
+        refuse_stale_checkpoints(run, resume=False)
+    # before any work: the job stops before its warm start, the CLI in one line
+    with pytest.raises(ValueError, match="earlier run"):
+        run_training(load_config("default", [f"run_dir={run}"]))
+    assert not (run / "sft_policy").exists()
+    with pytest.raises(SystemExit):
+        main(["train", "--run-dir", str(run)])
+    assert "earlier run" in capsys.readouterr().err
+
+
+def test_paths_splits_and_envs_that_do_not_exist_are_named(tmp_path: Path) -> None:
+    for missing in (tmp_path / "nope", str(tmp_path / "nope"), "runs/x/sft_policy", "./nope"):
+        with pytest.raises(FileNotFoundError, match="no such directory"):
+            load_policy(missing)
+    with pytest.raises(FileNotFoundError, match="neither a split name .*train, dev, test, ood"):
+        gym.make("rods/ToolChain-v0", task_set="validation")
+    with pytest.raises(ValueError, match="not a rods_gym tool-use environment"):
+        env_mode("CartPole-v1")
