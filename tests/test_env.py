@@ -75,16 +75,25 @@ def test_registration() -> None:
 @pytest.mark.parametrize("vectorization_mode", ["sync", "async"])
 @pytest.mark.parametrize("env_id", ["rods/ToolChain-Easy-Structured-v0", "rods/ToolChain-v0"])
 def test_make_vec(vectorization_mode: str, env_id: str) -> None:
-    envs = gym.make_vec(env_id, num_envs=2, vectorization_mode=vectorization_mode)
+    text = "Structured" not in env_id
+    # Gymnasium 1.x reads Text observations out of shared memory once (README): text views go async without it
+    kwargs = {"vector_kwargs": {"shared_memory": False}} if text and vectorization_mode == "async" else {}
+    envs = gym.make_vec(env_id, num_envs=2, vectorization_mode=vectorization_mode, **kwargs)
     try:
         obs, info = envs.reset(seed=[1, 2])
         assert obs in envs.observation_space
+        if text:  # the real observations, as a single env with the same seed gives them
+            single = gym.make(env_id)
+            assert tuple(obs) == (single.reset(seed=1)[0], single.reset(seed=2)[0])
+            assert all(o.startswith("user:") for o in obs)
         assert len(set(info["task_id"])) == 2  # different seeds, different tasks
         envs.action_space.seed(0)
         ends = 0
         for _ in range(25):
             obs, reward, term, trunc, info = envs.step(envs.action_space.sample())
             assert obs in envs.observation_space
+            if text:  # a fresh observation every step (an error or a result; "" only where an episode ended)
+                assert all(o.strip() or done for o, done in zip(obs, term | trunc))
             assert reward.shape == (2,) and np.all(np.isfinite(reward))
             assert set(info["error"]) <= set(ERROR_CLASSES)
             ends += int(term.sum() + trunc.sum())
