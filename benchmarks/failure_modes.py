@@ -9,8 +9,8 @@ in the training config's evaluation environment and limits (``--config``, defaul
 - **outcomes**: success; failure without any rejected action (a wrong or early reply, or out of
   turns); failure after a rejected action, the episode ended by the policy or truncated.
 - **after a rejected action**, what the next action is: the same call again (the identical
-  action text), the same tool with other arguments, another tool, a reply, a question, or nothing
-  (the episode ended there).
+  action text), the same tool with other arguments, another tool, a reply, a question, something
+  malformed, or nothing (the episode ended there).
 - **recovery**: from the state right after each greedy episode's first rejected action (the error
   observation read), ``--samples`` episodes continue sampled at ``--temperature`` (the prefix
   replayed in a fresh environment, ``RolloutEngine.run(branches=...)``). Reported: their success,
@@ -39,7 +39,8 @@ from rods_gym.trainer.tasks import load_tasks
 
 OUTCOMES = ("success", "failed, no rejected action", "failed after a rejection, ended",
             "failed after a rejection, truncated")
-NEXT = ("same call again", "same tool, other arguments", "another tool", "reply", "ask", "nothing (episode over)")
+NEXT = ("same call again", "same tool, other arguments", "another tool", "reply", "ask", "other (malformed)",
+        "nothing (episode over)")
 
 
 def outcome(tr: Trajectory) -> str:
@@ -53,13 +54,13 @@ def outcome(tr: Trajectory) -> str:
 def next_kind(action: str, following: str | None) -> str:
     """What the action after a rejected ``action`` was (``following``: its text, None if there was none)."""
     if following is None:
-        return NEXT[5]
+        return NEXT[6]
     if following == action:
         return NEXT[0]
     words, before = following.split(), action.split()
-    if words[:1] == ["call"]:
+    if words[:1] == ["call"] and len(words) > 1:
         return NEXT[1] if words[:2] == before[:2] else NEXT[2]
-    return NEXT[4] if words[:1] == ["ask"] else NEXT[3]
+    return {"reply": NEXT[3], "ask": NEXT[4]}.get(words[0] if words else "", NEXT[5])
 
 
 def action_texts(engine: RolloutEngine, tr: Trajectory) -> list[str]:

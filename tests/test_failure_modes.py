@@ -29,6 +29,7 @@ def test_the_action_after_a_rejection_is_classified(fm) -> None:
     assert fm.next_kind(call, "call cancel_order order_id $3") == "another tool"
     assert fm.next_kind(call, "reply $2") == fm.next_kind(call, "reply") == "reply"
     assert fm.next_kind(call, "ask") == "ask"
+    assert fm.next_kind(call, "order_id $3 $") == fm.next_kind(call, "") == fm.next_kind(call, "call") == "other (malformed)"
     assert fm.next_kind(call, None) == "nothing (episode over)"
 
 

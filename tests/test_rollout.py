@@ -190,3 +190,17 @@ def test_a_template_that_rewrites_history_is_refused(compact_policy) -> None:
             {"role": "user", "content": "user nothing"}]
     with pytest.raises(TemplateError, match="prefix-stable"):
         codec.continue_after_action(tr, msgs, 1, None, stopped=True)
+
+
+def test_branches_must_match_their_tasks(compact_policy, easy_tasks) -> None:
+    engine = RolloutEngine(compact_policy, "rods/ToolChain-Compact-v0", RolloutSettings(max_action_tokens=4, max_turns=6))
+    trajs, _ = engine.run(easy_tasks[:4], 1, generator=torch.Generator().manual_seed(3))
+    branch = next(b for b in (branch_after_first_rejection(t, engine.action_budget(t.task)) for t in trajs) if b)
+    other = next(t for t in easy_tasks if t != branch.task)
+    with pytest.raises(ValueError, match="taken from another task"):
+        engine.run([other], 1, branches=[branch])
+    with pytest.raises(ValueError, match="2 given for 1 tasks"):
+        engine.run([branch.task], 1, branches=[branch, None])
+    # without env_options, a branch replays in those of the episode it came from (here none), and None is a plain episode
+    conts, _ = engine.run([branch.task, other], 1, branches=[branch, None], generator=torch.Generator().manual_seed(5))
+    assert conts[0].prefix is branch and conts[0].env_options == dict(branch.env_options) and conts[1].prefix is None

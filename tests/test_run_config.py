@@ -3,6 +3,7 @@ resuming with the run's own saved config, and a run directory that still holds a
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import gymnasium as gym
@@ -27,7 +28,7 @@ def test_a_config_file_can_build_on_a_shipped_one(tmp_path: Path) -> None:
     (tmp_path / "mine.yaml").write_text("base: default\nname: mine\nsteps: 5\ngrpo:\n  lr: 1.0e-4\n")
     cfg = load_config(tmp_path / "mine.yaml")
     default = load_config("default")
-    assert (cfg.steps, cfg.grpo.lr, cfg.name) == (5, 1e-4, "mine")
+    assert (cfg.steps, cfg.grpo.lr, cfg.name, cfg.run_dir) == (5, 1e-4, "mine", "runs/mine")  # not runs/default
     # everything it does not set is the main job's, nested sections merged key by key
     assert cfg.grpo.eps_high == default.grpo.eps_high and cfg.data.source == default.data.source == "rods"
     assert cfg.policy.num_layers == default.policy.num_layers == 4
@@ -41,6 +42,9 @@ def test_a_config_file_can_build_on_a_shipped_one(tmp_path: Path) -> None:
     (tmp_path / "odd.yaml").write_text("base: [default]\n")
     with pytest.raises(ValueError, match="base must be a config name"):
         load_config(tmp_path / "odd.yaml")
+    (tmp_path / "lost.yaml").write_text("base: nowhere.yaml\n")
+    with pytest.raises(FileNotFoundError, match="neither a file next to it .*nor a shipped config"):
+        load_config(tmp_path / "lost.yaml")
 
 
 def test_mistakes_are_caught_when_the_config_loads() -> None:
@@ -70,7 +74,7 @@ def _fake_checkpoint(run_dir: Path, step: int) -> None:
     torch.save({"step": step}, ckpt / "trainer_state.pt")
 
 
-def test_resume_continues_with_the_runs_saved_config(tmp_path: Path, capsys) -> None:
+def test_resume_continues_with_the_runs_saved_config(tmp_path: Path, capsys, monkeypatch) -> None:
     run = tmp_path / "run"
     run.mkdir()
     save_config(load_config("default", [f"run_dir={run}", "steps=2", "eval.tasks=8"]), run / "config.yaml")
@@ -79,8 +83,20 @@ def test_resume_continues_with_the_runs_saved_config(tmp_path: Path, capsys) -> 
     assert capsys.readouterr().out.strip() == f"resume: the run's saved config ({run / 'config.yaml'})"
     cfg = load_from_args(_args("train", "--run-dir", str(run), "--resume", "steps=3"))
     assert (cfg.steps, cfg.eval.tasks) == (3, 8) and "steps: 2 -> 3" in capsys.readouterr().out
-    with pytest.raises(ValueError, match="saved config.*not --config chat_tiny"):
-        load_from_args(_args("train", "--run-dir", str(run), "--resume", "--config", "chat_tiny"))
+    # --config only locates the directory; the saved config wins
+    cfg = load_from_args(_args("train", "--run-dir", str(run), "--resume", "--config", "chat_tiny"))
+    assert "Compact" in cfg.data.env_id and cfg.steps == 2 and "only located the run directory" in capsys.readouterr().out
+    # a run directory copied elsewhere resumes there, not in the directory its saved config names
+    moved = tmp_path / "moved"
+    shutil.copytree(run, moved)
+    assert load_from_args(_args("train", "--run-dir", str(moved), "--resume")).run_dir == str(moved)
+    capsys.readouterr()
+    # without --run-dir: the config's own directory (runs/<name>), found relative to the working directory
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "default").mkdir(parents=True)
+    shutil.copy(run / "config.yaml", tmp_path / "runs" / "default" / "config.yaml")
+    cfg = load_from_args(_args("train", "--resume"))
+    assert (cfg.run_dir, cfg.steps, cfg.eval.tasks) == ("runs/default", 2, 8)
     # no config saved there (e.g. only a copied warm start): the command line's config, and it says so
     fresh = load_from_args(_args("train", "--run-dir", str(tmp_path / "new"), "--resume", "steps=4"))
     assert fresh.steps == 4 and "no saved config.yaml" in capsys.readouterr().out
@@ -102,10 +118,22 @@ def test_a_new_run_refuses_an_earlier_runs_checkpoints(tmp_path: Path, capsys) -
     assert "earlier run" in capsys.readouterr().err
 
 
-def test_paths_splits_and_envs_that_do_not_exist_are_named(tmp_path: Path) -> None:
-    for missing in (tmp_path / "nope", str(tmp_path / "nope"), "runs/x/sft_policy", "./nope"):
+def test_paths_splits_and_envs_that_do_not_exist_are_named(tmp_path: Path, monkeypatch, capsys) -> None:
+    for missing in (tmp_path / "nope", str(tmp_path / "nope"), "runs/x/sft_policy", "./nope", "~/rods-gym-no-such-dir"):
         with pytest.raises(FileNotFoundError, match="no such directory"):
             load_policy(missing)
+    # a saved policy under ~ loads (the path is expanded before transformers sees it)
+    from rods_gym.trainer.config import PolicyConfig
+    from rods_gym.trainer.policy import build_tiny_policy, save_policy
+
+    tiny = PolicyConfig(hidden_size=16, intermediate_size=32, num_layers=1, num_heads=2, max_positions=256)
+    save_policy(build_tiny_policy(tiny, "compact"), tmp_path / "home" / "pol")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert load_policy("~/pol").name == str(tmp_path / "home" / "pol")
+    capsys.readouterr()
+    assert main(["evaluate", "--policy", str(tmp_path / "nope"), "--tasks", "1"]) == 2  # rods evaluate: one line
+    err = capsys.readouterr().err
+    assert "rods evaluate: error:" in err and "no such directory" in err and "Traceback" not in err
     with pytest.raises(FileNotFoundError, match="neither a split name .*train, dev, test, ood"):
         gym.make("rods/ToolChain-v0", task_set="validation")
     with pytest.raises(ValueError, match="not a rods_gym tool-use environment"):

@@ -50,17 +50,14 @@ def load_from_args(args: argparse.Namespace) -> Any:
               "found there, e.g. a copied sft_policy/, are still reused)")
         return cfg
     if args.config is not None:
-        raise ConfigError(f"--resume continues the run with its saved config ({saved}); give overrides "
-                          f"(key=value), not --config {args.config}")
-    before = load_config(saved)
-    cfg = load_config(saved, overrides)
+        print(f"resume: --config {args.config} only located the run directory ({cfg.run_dir}); the run continues "
+              f"with its saved config")
+    here = [*overrides, f"run_dir={cfg.run_dir}"]  # the directory it was found in, even if it was copied there
+    before = load_config(saved, [f"run_dir={cfg.run_dir}"])
+    cfg = load_config(saved, here)
     changed = [f"{k}: {a!r} -> {b!r}" for k, (a, b) in _diff(before.to_dict(), cfg.to_dict()).items()]
     print(f"resume: the run's saved config ({saved})" + (", with " + "; ".join(changed) if changed else ""))
     return cfg
-
-
-class ConfigError(ValueError):
-    """A command-line configuration mistake: reported as one line, without a traceback."""
 
 
 def _diff(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> dict[str, tuple[Any, Any]]:
@@ -96,13 +93,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _config_or_exit(args: argparse.Namespace, command: str) -> Any:
     """``load_from_args``; a configuration mistake is printed as one line (no traceback) and exits with 2."""
+    import yaml
+
     from .checkpoint import refuse_stale_checkpoints
 
     try:
         cfg = load_from_args(args)
         if command == "train":
             refuse_stale_checkpoints(cfg.run_dir, resume=args.resume)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, OSError, yaml.YAMLError) as exc:
         print(f"rods {command}: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     return cfg
@@ -117,7 +116,7 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def run_sft(args: argparse.Namespace) -> int:
-    from .pipeline import env_mode, make_accelerator, warm_start
+    from .pipeline import apply_threads, env_mode, make_accelerator, warm_start
     from .config import save_config
     from .evaluation import evaluate
     from .loop import env_kwargs, eval_settings
@@ -126,6 +125,7 @@ def run_sft(args: argparse.Namespace) -> int:
     from .threads import torch_threads
 
     cfg = _config_or_exit(args, "sft")
+    apply_threads(cfg)
     accelerator = make_accelerator()
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -147,14 +147,19 @@ def run_sft(args: argparse.Namespace) -> int:
 def run_evaluate(args: argparse.Namespace) -> int:
     from .evaluation import evaluate
     from .loop import env_kwargs, eval_settings
-    from .pipeline import env_mode
+    from .pipeline import apply_threads, env_mode
     from .policy import load_policy, make_policy
     from .tasks import load_tasks, spread
     from .threads import torch_threads
 
     cfg = _config_or_exit(args, "evaluate")
+    apply_threads(cfg)
     if args.policy:
-        policy = load_policy(args.policy, cfg.policy.local_files_only, cfg.policy.dtype)
+        try:
+            policy = load_policy(args.policy, cfg.policy.local_files_only, cfg.policy.dtype)
+        except FileNotFoundError as exc:
+            print(f"rods evaluate: error: {exc}", file=sys.stderr)
+            return 2
     else:
         policy = make_policy(cfg.policy, env_mode(cfg.data.env_id))
     splits = args.splits.split(",") if args.splits else list(cfg.eval.splits)

@@ -360,8 +360,14 @@ def read_config_file(path: str | Path, chain: tuple[Path, ...] = ()) -> dict[str
     base = data.pop("base")
     if not isinstance(base, str):
         raise ValueError(f"config file {p}: base must be a config name or path, got {base!r}")
-    relative = p.parent / base
-    return merge(read_config_file(relative if relative.exists() else base, (*chain, p)), data)
+    relative, shipped = p.parent / base, CONFIG_DIR / f"{base}.yaml"
+    if not relative.is_file() and not shipped.is_file():
+        raise FileNotFoundError(f"config file {p}: base {base!r} is neither a file next to it ({relative}) nor a "
+                                f"shipped config ({', '.join(sorted(q.stem for q in CONFIG_DIR.glob('*.yaml')))})")
+    inherited = read_config_file(relative if relative.is_file() else shipped, (*chain, p))
+    if "name" in data and "run_dir" not in data:  # a run of its own: runs/<its name>, not the base's directory
+        inherited.pop("run_dir", None)
+    return merge(inherited, data)
 
 
 def load_config(path: str | Path | None = None, overrides: Sequence[str] | Mapping[str, Any] = ()) -> TrainConfig:

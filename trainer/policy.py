@@ -93,18 +93,19 @@ def load_policy(name_or_path: str | Path, local_files_only: bool = True, dtype: 
     """Any causal LM with a chat template, by hub name or local directory."""
     name = str(name_or_path)
     looks_local = isinstance(name_or_path, Path) or name.startswith(("/", ".", "~")) or name.count("/") > 1
-    if looks_local and not Path(name).expanduser().is_dir():  # a hub name is owner/name
+    if looks_local:  # a hub name is owner/name
+        name = str(Path(name).expanduser())
+    if looks_local and not Path(name).is_dir():
         raise FileNotFoundError(f"cannot load policy {name!r}: no such directory (a local policy is a "
                                 "save_pretrained directory, e.g. a run's sft_policy/ or checkpoints/step-N/policy/)")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(name_or_path), local_files_only=local_files_only)
-        model = AutoModelForCausalLM.from_pretrained(str(name_or_path), local_files_only=local_files_only,
-                                                     dtype=DTYPES[dtype])
+        tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=local_files_only)
+        model = AutoModelForCausalLM.from_pretrained(name, local_files_only=local_files_only, dtype=DTYPES[dtype])
     except OSError as exc:
         hint = " (offline: pass a local path, or set policy.local_files_only=false to allow a download)" \
             if local_files_only else ""
-        raise FileNotFoundError(f"cannot load policy {str(name_or_path)!r}{hint}: {exc}") from exc
-    return wrap(model, tokenizer, str(name_or_path))
+        raise FileNotFoundError(f"cannot load policy {name!r}{hint}: {exc}") from exc
+    return wrap(model, tokenizer, name)
 
 
 def make_policy(cfg: PolicyConfig, mode: str, suite: Suite | None = None) -> Policy:

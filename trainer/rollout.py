@@ -160,12 +160,22 @@ class RolloutEngine:
         (aligned with ``tasks``): where a task's episodes start from a replayed prefix (``Branch``)."""
         s = self.settings
         model = model if model is not None else self.policy.model
+        if branches is not None:
+            if len(branches) != len(tasks):
+                raise ValueError(f"branches: {len(branches)} given for {len(tasks)} tasks (one per task, or None)")
+            wrong = [ti for ti, b in enumerate(branches) if b is not None and b.task != tasks[ti]]
+            if wrong:
+                raise ValueError(f"branches: the branch of task position(s) {wrong} was taken from another task")
         stats = RolloutStats()
         t0 = time.perf_counter()
         trajs: list[Trajectory] = []
         convs: list[tuple[Messages, Tools]] = []
         for ti, task in enumerate(tasks):
-            opts = dict(env_options[ti]) if env_options is not None else {}
+            branch = branches[ti] if branches is not None else None
+            if env_options is not None:
+                opts = dict(env_options[ti])
+            else:  # a branch replays in the env options of the episode it was taken from
+                opts = dict(branch.env_options) if branch is not None else {}
             first: tuple[Messages, Tools, Transcript] | None = None  # the group's rendered, tokenized prompt
             for _ in range(repeats):
                 i = len(trajs)
@@ -175,7 +185,6 @@ class RolloutEngine:
                 if first is None or (messages, tools) != (first[0], first[1]):
                     first = (messages, tools, self.codec.start(messages, tools))
                 tr = Trajectory(task, ti, first[2].copy(), progress=info["progress"], env_options=opts)
-                branch = branches[ti] if branches is not None else None
                 if branch is not None:
                     messages = self._replay(env, tr, branch, messages, tools)
                 trajs.append(tr)
