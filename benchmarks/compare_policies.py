@@ -24,16 +24,11 @@ import rods_gym.trainer  # noqa: F401  (sets OMP_WAIT_POLICY before torch loads)
 import numpy as np
 import torch
 
-from rods_gym.trainer.config import load_config
-from rods_gym.trainer.loop import env_kwargs, eval_settings
-from rods_gym.trainer.policy import load_policy
-from rods_gym.trainer.rollout import RolloutEngine
-from rods_gym.trainer.tasks import load_tasks
-
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:  # the helper modules next to this script (already there when run as a script)
     sys.path.insert(0, str(HERE))
 from _de_stats import bootstrap_mean_1d, rng_for  # noqa: E402
+from _policy_eval import add_split_args, eval_engine, split_tasks  # noqa: E402
 
 METRICS = ("success", "progress")
 
@@ -41,9 +36,7 @@ METRICS = ("success", "progress")
 def per_task(policy_dir: str | Path, tasks: Sequence[Any], config: str, samples: int, temperature: float,
              seed: int) -> dict[str, np.ndarray]:
     """Per-task greedy and sampled success/progress of one policy: ``{"greedy_success": [n_tasks], ...}``."""
-    cfg = load_config(config, [f"rollout.temperature={temperature}"])
-    policy = load_policy(policy_dir)
-    engine = RolloutEngine(policy, cfg.data.env_id, eval_settings(cfg), env_kwargs(cfg))
+    engine = eval_engine(policy_dir, config, temperature)
     out: dict[str, np.ndarray] = {}
     greedy, _ = engine.run(tasks, 1, greedy=True, seed=0)
     runs = [("greedy", greedy, 1)]
@@ -85,23 +78,16 @@ def markdown(rows: Sequence[dict[str, Any]], base: str, n_tasks: int, samples: i
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("policies", nargs="+", help="policy directories; the first is the base")
-    ap.add_argument("--split", default="test", help="a task split name or a JSONL path")
-    ap.add_argument("--tasks", type=int, default=0, help="first N tasks of the split (0: all)")
-    ap.add_argument("--samples", type=int, default=4, help="sampled episodes per task (0: greedy only)")
-    ap.add_argument("--temperature", type=float, default=0.7)
-    ap.add_argument("--config", default="default", help="training config whose environment and limits to use")
-    ap.add_argument("--seed", type=int, default=0)
+    add_split_args(ap, samples=4, samples_help="sampled episodes per task (0: greedy only)",
+                   out_help="also write the rows as JSON here")
     ap.add_argument("--bootstrap", type=int, default=5000)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", help="also write the rows as JSON here")
     args = ap.parse_args(argv)
     if len(args.policies) < 2:
         ap.error("give a base policy and at least one other to compare with it")
     if args.samples < 0 or args.bootstrap < 1 or args.temperature <= 0:
         ap.error("--samples must be >= 0, --bootstrap >= 1 and --temperature > 0")
     torch.set_num_threads(args.threads)
-    tasks = load_tasks(args.split, load_config(args.config).data)
-    tasks = tasks[: args.tasks] if args.tasks else tasks
+    tasks = split_tasks(args)
     results = {p: per_task(p, tasks, args.config, args.samples, args.temperature, args.seed) for p in args.policies}
     rows = compare(results, args.policies[0], args.bootstrap, args.seed)
     print(markdown(rows, args.policies[0], len(tasks), args.samples))

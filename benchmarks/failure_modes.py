@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
@@ -31,11 +32,12 @@ import rods_gym.trainer  # noqa: F401  (sets OMP_WAIT_POLICY before torch loads)
 import numpy as np
 import torch
 
-from rods_gym.trainer.config import load_config
-from rods_gym.trainer.loop import env_kwargs, eval_settings
-from rods_gym.trainer.policy import load_policy
 from rods_gym.trainer.rollout import RolloutEngine, Trajectory, branch_after_first_rejection
-from rods_gym.trainer.tasks import load_tasks
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # the helper modules next to this script (already there when run as a script)
+    sys.path.insert(0, str(HERE))
+from _policy_eval import add_split_args, eval_engine, split_tasks  # noqa: E402
 
 OUTCOMES = ("success", "failed, no rejected action", "failed after a rejection, ended",
             "failed after a rejection, truncated")
@@ -71,10 +73,9 @@ def action_texts(engine: RolloutEngine, tr: Trajectory) -> list[str]:
 def analyse(policy_dir: str | Path, tasks: Sequence[Any], *, config: str = "default", samples: int = 8,
             temperature: float = 0.7, seed: int = 0) -> dict[str, Any]:
     """Outcome shares, next-action counts after rejections and recovery figures of one policy."""
-    cfg = load_config(config, [f"rollout.temperature={temperature}"])
-    engine = RolloutEngine(load_policy(policy_dir), cfg.data.env_id, eval_settings(cfg), env_kwargs(cfg))
+    engine = eval_engine(policy_dir, config, temperature)
     if engine.mode != "compact":
-        raise ValueError(f"{cfg.data.env_id} uses the {engine.mode} view; this analysis reads compact actions "
+        raise ValueError(f"{engine.env_id} uses the {engine.mode} view; this analysis reads compact actions "
                          "(call TOOL ... / ask / reply)")
     greedy, _ = engine.run(tasks, 1, greedy=True, seed=0)
     outcomes = Counter(outcome(tr) for tr in greedy)
@@ -89,8 +90,7 @@ def analyse(policy_dir: str | Path, tasks: Sequence[Any], *, config: str = "defa
     recovery: dict[str, Any] = {"branch_points": len(branches)}
     if branches and samples > 0:
         conts, _ = engine.run([b.task for b in branches], samples, seed=1_000_000, branches=branches,
-                              env_options=[b.env_options for b in branches],
-                              generator=torch.Generator().manual_seed(seed))
+                              generator=torch.Generator().manual_seed(seed))  # each in its episode's env options
         returns = np.array([c.ret for c in conts]).reshape(len(branches), samples)
         wins = np.array([c.success for c in conts]).reshape(len(branches), samples)
         recovery.update(samples=samples, success=float(wins.mean()), progress_added=float(returns.mean()),
@@ -122,20 +122,13 @@ def markdown(reports: Sequence[dict[str, Any]], temperature: float) -> str:
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("policies", nargs="+", help="policy directories")
-    ap.add_argument("--split", default="test", help="a task split name or a JSONL path")
-    ap.add_argument("--tasks", type=int, default=0, help="first N tasks of the split (0: all)")
-    ap.add_argument("--samples", type=int, default=8, help="sampled continuations per branch point (0: none)")
-    ap.add_argument("--temperature", type=float, default=0.7)
-    ap.add_argument("--config", default="default", help="training config whose environment and limits to use")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", help="also write the reports as JSON here")
+    add_split_args(ap, samples=8, samples_help="sampled continuations per branch point (0: none)",
+                   out_help="also write the reports as JSON here")
     args = ap.parse_args(argv)
     if args.samples < 0 or args.temperature <= 0:
         ap.error("--samples must be >= 0 and --temperature > 0")
     torch.set_num_threads(args.threads)
-    tasks = load_tasks(args.split, load_config(args.config).data)
-    tasks = tasks[: args.tasks] if args.tasks else tasks
+    tasks = split_tasks(args)
     reports = [analyse(p, tasks, config=args.config, samples=args.samples, temperature=args.temperature,
                        seed=args.seed) for p in args.policies]
     print(markdown(reports, args.temperature))

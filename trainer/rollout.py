@@ -53,7 +53,6 @@ class Trajectory:
     transcript: Transcript
     progress: float = 0.0
     success: bool = False
-    errors: int = 0  # actions the environment rejected (error class != none)
     truncated: bool = False
     done: bool = False
     env_options: dict[str, Any] = field(default_factory=dict)
@@ -61,6 +60,11 @@ class Trajectory:
     action_spans: list[tuple[int, int]] = field(default_factory=list)  # [start, end) of each action's ids
     rejected: list[bool] = field(default_factory=list)  # whether the env rejected each action (error class != none)
     prefix: "Branch | None" = None  # the replayed start of a branch episode (its actions are context, not trained)
+
+    @property
+    def errors(self) -> int:
+        """Actions the environment rejected (error class != none)."""
+        return sum(self.rejected)
 
     @property
     def turns(self) -> int:
@@ -227,7 +231,6 @@ class RolloutEngine:
                 tr.rewards.append(float(reward))
                 tr.progress, tr.success = float(info["progress"]), bool(info["success"])
                 tr.rejected.append(info["error"] != "none")
-                tr.errors += tr.rejected[-1]
                 if terminated or truncated:
                     tr.done, tr.truncated = True, bool(truncated and not terminated)
                     continue
