@@ -122,6 +122,11 @@ class SFTConfig:
     data: str = "seeds"
     demos: int = 400
     data_seed: int = 505  # sampler seed of ``data: sampled``
+    # chance per oracle tool call that its demonstration first shows a slip: the same call with one
+    # argument taken from a neighbouring slot, and its rejection, as context (no loss), then the
+    # oracle's call (trainer/recovery.py). Oracle episodes alone never show a rejected call, so the
+    # policy never learns what to do after one. Needs a view with value slots (compact, structured)
+    recovery: float = 0.0
     steps: int = 150
     batch_size: int = 32
     lr: float = 1e-3
@@ -218,6 +223,8 @@ def check_config(cfg: TrainConfig) -> None:
         raise ValueError(f"config rollout.success_bonus must be >= 0, got {cfg.rollout.success_bonus}")
     if cfg.rollout.error_penalty < 0:
         raise ValueError(f"config rollout.error_penalty must be >= 0 (it is subtracted), got {cfg.rollout.error_penalty}")
+    if not 0.0 <= cfg.sft.recovery <= 1.0:
+        raise ValueError(f"config sft.recovery must be a probability in [0, 1], got {cfg.sft.recovery}")
     if cfg.grpo.sft_weight < 0 or cfg.grpo.sft_batch < 1:
         raise ValueError("config grpo.sft_weight must be >= 0 and grpo.sft_batch >= 1")
     if cfg.grpo.sft_weight > 0 and not cfg.sft.enabled:

@@ -17,10 +17,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from rods_gym.episode import ToolCall
+from rods_gym.oracle import oracle_action
 from rods_gym.task import TaskSpec
 
 from .config import SFTConfig, TrainConfig
 from .policy import Policy
+from .recovery import slipped_call
 from .rollout import conversation_start, conversation_step
 from .transcript import ChatCodec, Transcript
 
@@ -35,19 +38,50 @@ class Demo:
 
 
 def make_demonstrations(policy: Policy, tasks: Sequence[TaskSpec], env_id: str,
-                        env_kwargs: Mapping[str, Any] | None = None) -> list[Demo]:
-    """The oracle's episode of every task, as token ids with the agent's tokens marked."""
+                        env_kwargs: Mapping[str, Any] | None = None, *, recovery: float = 0.0,
+                        seed: int = 0) -> list[Demo]:
+    """The oracle's episode of every task, as token ids with the agent's tokens marked.
+
+    ``recovery``: the chance, per oracle tool call, that the demonstration first shows a slip
+    (``recovery.slipped_call``) and its rejection as context, then the oracle's call. A slip the
+    environment accepts (a wrong value that is still valid) is taken back by replaying the
+    episode without it, so every demonstration still ends where the oracle's does. Slips are
+    drawn from ``numpy.random.default_rng([seed, task index])``.
+    """
+    if not 0.0 <= recovery <= 1.0:
+        raise ValueError(f"recovery must be a probability in [0, 1], got {recovery}")
     codec = ChatCodec(policy)
     env = gym.make(env_id, **dict(env_kwargs or {}))
+    if recovery > 0 and not hasattr(env.unwrapped.renderer, "slots"):
+        raise ValueError(f"recovery demonstrations need a view with value slots (compact or structured); "
+                         f"{env_id!r} renders {getattr(env.unwrapped, 'mode', '?')!r}")
     demos = []
     for i, task in enumerate(tasks):
+        rng = np.random.default_rng([seed, i])
         obs, info = env.reset(seed=i, options={"task": task})
         messages, tools = conversation_start(env, obs)
         tr = codec.start(messages, tools)
+        taken: list[Any] = []  # every action stepped so far, slips included (to replay the episode)
         for _ in range(MAX_DEMO_STEPS):
-            action = env.unwrapped.oracle_action()
+            truth = oracle_action(env.unwrapped.episode)
+            if isinstance(truth, ToolCall) and recovery > 0 and rng.random() < recovery:
+                slip = slipped_call(truth, env.unwrapped.renderer.slots.values, rng)
+                if slip is not None:
+                    slip_text = env.unwrapped.encode(slip)
+                    obs, _, terminated, truncated, info = env.step(slip_text)
+                    if info["error"] != "none" and not (terminated or truncated):
+                        tr.add_context(codec.action_ids(slip_text))  # shown, never imitated
+                        messages, n_new = conversation_step(env, messages, slip_text, obs, info)
+                        codec.continue_after_action(tr, messages, n_new, tools, stopped=True)
+                        taken.append(slip_text)
+                    else:  # accepted (or it ended the episode): take it back
+                        env.reset(seed=i, options={"task": task})
+                        for a in taken:
+                            env.step(a)
+            action = env.unwrapped.encode(truth)
             tr.add_action(codec.action_ids(action))
             obs, _, terminated, truncated, info = env.step(action)
+            taken.append(action)
             if terminated or truncated:
                 break
             messages, n_new = conversation_step(env, messages, action, obs, info)
@@ -68,7 +102,8 @@ def demonstration_tasks(cfg: TrainConfig, seeds: Sequence[TaskSpec], mode: str) 
 
 def demonstrations(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec]) -> list[Demo]:
     """The oracle demonstrations of the warm start's tasks (``sft.data``), as token ids."""
-    return make_demonstrations(policy, demonstration_tasks(cfg, seeds, env_mode(cfg.data.env_id)), cfg.data.env_id)
+    return make_demonstrations(policy, demonstration_tasks(cfg, seeds, env_mode(cfg.data.env_id)), cfg.data.env_id,
+                               recovery=cfg.sft.recovery, seed=cfg.seed)
 
 
 def env_mode(env_id: str) -> str:

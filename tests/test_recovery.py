@@ -1,0 +1,91 @@
+"""Recovery demonstrations: slips (one argument from a wrong slot), their rejection as context, then the oracle."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rods_gym.episode import ToolCall
+from rods_gym.trainer.config import PolicyConfig, load_config
+from rods_gym.trainer.policy import build_tiny_policy
+from rods_gym.trainer.recovery import NEIGHBOURHOOD, slipped_call
+from rods_gym.trainer import sft
+from rods_gym.trainer.sft import make_demonstrations
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
+
+TINY = PolicyConfig(hidden_size=64, intermediate_size=128, num_layers=2, num_heads=2, max_positions=512)
+ENV = "rods/ToolChain-Compact-v0"
+
+
+def test_a_slip_changes_one_slotted_argument_to_a_nearby_slot() -> None:
+    values = ["a@x.org", "CON-1", "b@x.org", 7, "open", "CON-2", "c@x.org"]
+    call = ToolCall("find", {"email": "b@x.org", "status": "open", "note": "not shown"})
+    seen = set()
+    for s in range(200):
+        slip = slipped_call(call, values, np.random.default_rng(s))
+        assert slip is not None and slip.name == "find"
+        changed = [p for p in call.arguments if slip.arguments[p] != call.arguments[p]]
+        assert len(changed) == 1 and changed[0] in ("email", "status")  # "note" has no slot
+        p = changed[0]
+        right, wrong = values.index(call.arguments[p]), values.index(slip.arguments[p])
+        assert wrong != right and abs(wrong - right) <= NEIGHBOURHOOD
+        seen.add((p, wrong))
+    assert len(seen) == 8  # both arguments, all four neighbours of each
+    assert slipped_call(call, values, np.random.default_rng(3)) == slipped_call(call, values, np.random.default_rng(3))
+
+
+def test_no_slip_without_another_value() -> None:
+    rng = np.random.default_rng(0)
+    assert slipped_call(ToolCall("t", {"x": "unseen"}), ["a", "b"], rng) is None
+    assert slipped_call(ToolCall("t", {"x": "a"}), ["a"], rng) is None
+    assert slipped_call(ToolCall("t", {}), ["a", "b"], rng) is None
+
+
+def _segments(ids: list[int], mask: list[int], want: int) -> list[list[int]]:
+    out, cur = [], []
+    for i, m in zip(ids, mask):
+        if m == want:
+            cur.append(i)
+        elif cur:
+            out.append(cur)
+            cur = []
+    return out + ([cur] if cur else [])
+
+
+def test_recovery_demonstrations_imitate_the_oracle_after_rejected_slips(easy_tasks, monkeypatch) -> None:
+    policy = build_tiny_policy(TINY, "compact")
+    tok = policy.tokenizer
+    plain = make_demonstrations(policy, easy_tasks[:12], ENV)
+    slips = []
+    monkeypatch.setattr(sft, "slipped_call", lambda *a: slips.append(slipped_call(*a)) or slips[-1])
+    slipped = make_demonstrations(policy, easy_tasks[:12], ENV, recovery=1.0, seed=4)
+    monkeypatch.undo()
+    shown = 0
+    for a, b in zip(plain, slipped):
+        assert b.success  # every demonstration still ends where the oracle's does
+        # the imitated actions are exactly the oracle's, in order: slips are never in the loss
+        assert _segments(a.transcript.ids, a.transcript.action_mask, 1) == \
+            _segments(b.transcript.ids, b.transcript.action_mask, 1)
+        context = tok.decode(b.transcript.ids)
+        shown += context.count("<obs> error ")
+        assert context.count("<obs> error ") == context.count("<act> call") - tok.decode(a.transcript.ids).count("<act> call")
+    assert shown >= 6  # most oracle calls of these tasks can slip, and most slips are rejected
+    # and at least one slip was a valid call the environment accepted: taken back by replaying the episode,
+    # so the demonstration above still imitated exactly the oracle's actions and succeeded
+    assert sum(s is not None for s in slips) > shown
+    again = make_demonstrations(policy, easy_tasks[:12], ENV, recovery=1.0, seed=4)
+    assert [d.transcript.ids for d in again] == [d.transcript.ids for d in slipped]
+    other = make_demonstrations(policy, easy_tasks[:12], ENV, recovery=1.0, seed=5)
+    assert [d.transcript.ids for d in other] != [d.transcript.ids for d in slipped]
+
+
+def test_recovery_needs_a_view_with_slots_and_a_probability() -> None:
+    policy = build_tiny_policy(TINY, "compact")
+    with pytest.raises(ValueError, match="recovery must be a probability"):
+        make_demonstrations(policy, [], ENV, recovery=1.5)
+    with pytest.raises(ValueError, match="sft.recovery"):
+        load_config(None, ["sft.recovery=-0.1"])
+    chat = build_tiny_policy(TINY, "chat")
+    with pytest.raises(ValueError, match="value slots"):
+        make_demonstrations(chat, [], "rods/ToolChain-Chat-v0", recovery=0.5)
