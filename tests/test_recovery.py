@@ -5,6 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import rods_gym
+from rods_gym import TaskSampler, default_suite
+
 from rods_gym.episode import ToolCall
 from rods_gym.trainer.config import PolicyConfig, load_config
 from rods_gym.trainer.policy import build_tiny_policy
@@ -53,13 +56,20 @@ def _segments(ids: list[int], mask: list[int], want: int) -> list[list[int]]:
     return out + ([cur] if cur else [])
 
 
-def test_recovery_demonstrations_imitate_the_oracle_after_rejected_slips(easy_tasks, monkeypatch) -> None:
+@pytest.fixture(scope="module")
+def medium_tasks() -> list:
+    # 12 medium tasks whose slips include valid calls the environment accepts: without the take-back
+    # (replaying the episode) one of these demonstrations imitates other actions than the oracle's
+    return TaskSampler(default_suite(), rods_gym.DIFFICULTIES["medium"], seed=11).sample_many(12)
+
+
+def test_recovery_demonstrations_imitate_the_oracle_after_rejected_slips(medium_tasks, monkeypatch) -> None:
     policy = build_tiny_policy(TINY, "compact")
     tok = policy.tokenizer
-    plain = make_demonstrations(policy, easy_tasks[:12], ENV)
+    plain = make_demonstrations(policy, medium_tasks, ENV)
     slips = []
     monkeypatch.setattr(sft, "slipped_call", lambda *a: slips.append(slipped_call(*a)) or slips[-1])
-    slipped = make_demonstrations(policy, easy_tasks[:12], ENV, recovery=1.0, seed=4)
+    slipped = make_demonstrations(policy, medium_tasks, ENV, recovery=1.0, seed=4)
     monkeypatch.undo()
     shown = 0
     for a, b in zip(plain, slipped):
@@ -70,14 +80,24 @@ def test_recovery_demonstrations_imitate_the_oracle_after_rejected_slips(easy_ta
         context = tok.decode(b.transcript.ids)
         shown += context.count("<obs> error ")
         assert context.count("<obs> error ") == context.count("<act> call") - tok.decode(a.transcript.ids).count("<act> call")
-    assert shown >= 6  # most oracle calls of these tasks can slip, and most slips are rejected
+    assert shown >= 10  # most oracle calls of these tasks can slip, and most slips are rejected
     # and at least one slip was a valid call the environment accepted: taken back by replaying the episode,
     # so the demonstration above still imitated exactly the oracle's actions and succeeded
     assert sum(s is not None for s in slips) > shown
-    again = make_demonstrations(policy, easy_tasks[:12], ENV, recovery=1.0, seed=4)
+    again = make_demonstrations(policy, medium_tasks, ENV, recovery=1.0, seed=4)
     assert [d.transcript.ids for d in again] == [d.transcript.ids for d in slipped]
-    other = make_demonstrations(policy, easy_tasks[:12], ENV, recovery=1.0, seed=5)
+    other = make_demonstrations(policy, medium_tasks, ENV, recovery=1.0, seed=5)
     assert [d.transcript.ids for d in other] != [d.transcript.ids for d in slipped]
+
+
+def test_slips_leave_room_for_the_oracle_under_a_tight_step_limit(medium_tasks) -> None:
+    policy = build_tiny_policy(TINY, "compact")
+    for limit in (8, 10):
+        plain = make_demonstrations(policy, medium_tasks, ENV, {"max_steps": limit})
+        slipped = make_demonstrations(policy, medium_tasks, ENV, {"max_steps": limit}, recovery=1.0, seed=4)
+        assert [d.success for d in slipped] == [d.success for d in plain]
+        assert sum(d.success for d in slipped) >= 10
+        assert any(len(b.transcript) > len(a.transcript) for a, b in zip(plain, slipped))  # slips still shown
 
 
 def test_recovery_needs_a_view_with_slots_and_a_probability() -> None:
@@ -87,5 +107,5 @@ def test_recovery_needs_a_view_with_slots_and_a_probability() -> None:
     with pytest.raises(ValueError, match="sft.recovery"):
         load_config(None, ["sft.recovery=-0.1"])
     chat = build_tiny_policy(TINY, "chat")
-    with pytest.raises(ValueError, match="value slots"):
+    with pytest.raises(ValueError, match="compact view"):
         make_demonstrations(chat, [], "rods/ToolChain-Chat-v0", recovery=0.5)

@@ -61,7 +61,7 @@ def test_the_cli_reports_a_config_mistake_in_one_line(capsys) -> None:
                         (["train", "data.source=rodz"], "choose one of"),
                         (["sft", "--config", "no-such-config"], "neither a file nor a shipped config"),
                         (["evaluate", "sft.steps=x"], "sft.steps: expected int"),
-                        (["sft", "--env", "rods/ToolChain-Chat-v0", "sft.recovery=0.3"], "needs a view with value slots"),
+                        (["sft", "--env", "rods/ToolChain-Chat-v0", "sft.recovery=0.3"], "needs the compact view"),
                         (["train", "sft.recovery=1.5"], "sft.recovery must be a probability")):
         with pytest.raises(SystemExit) as exit_info:
             main(argv)

@@ -125,7 +125,7 @@ class SFTConfig:
     # chance per oracle tool call that its demonstration first shows a slip: the same call with one
     # argument taken from a neighbouring slot, and its rejection, as context (no loss), then the
     # oracle's call (trainer/recovery.py). Oracle episodes alone never show a rejected call, so the
-    # policy never learns what to do after one. Needs a view with value slots (compact, structured)
+    # policy never learns what to do after one. Needs the compact view (value slots)
     recovery: float = 0.0
     steps: int = 150
     batch_size: int = 32

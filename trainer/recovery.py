@@ -2,10 +2,10 @@
 
 Oracle demonstrations never contain a rejected call, so a policy trained only on them has never
 seen the state its own mistakes lead to (the error observation) nor what to do there. A
-demonstration with a slip first shows the call the policy typically gets wrong — one argument
-holding a neighbouring value of the episode's slot table, the off-by-one choice a small
-policy makes when it finds values by position — then the environment's rejection, then the
-oracle's call. The slip and the rejection are context (no loss); the oracle's call after
+demonstration with a slip first shows a call with one argument holding a neighbouring value of
+the episode's slot table (the slot a small policy that finds values by position picks by mistake;
+most such slips fail the parameter's type check, some name an entity that does not exist), then
+the environment's rejection, then the oracle's call. The slip and the rejection are context (no loss); the oracle's call after
 them is what the policy imitates.
 """
 
@@ -25,8 +25,8 @@ def slipped_call(call: ToolCall, values: Sequence[Any], rng: np.random.Generator
     """``call`` with one argument replaced by another value of ``values`` (the slot table, in slot order).
 
     The argument is drawn uniformly among those whose value has a slot; the replacement among
-    the other slots within ``NEIGHBOURHOOD`` of it, else among all other slots. ``None`` when
-    no argument can slip (no argument has a slot, or the table holds no other value).
+    the other slots within ``NEIGHBOURHOOD`` of it (a slot table holds distinct values). ``None``
+    when no argument can slip (no argument has a slot, or the table holds no other value).
     """
     keys = [value_key(v) for v in values]
     slotted = [p for p, v in call.arguments.items() if value_key(v) in keys]
@@ -34,10 +34,8 @@ def slipped_call(call: ToolCall, values: Sequence[Any], rng: np.random.Generator
         return None
     param = slotted[int(rng.integers(0, len(slotted)))]
     right = keys.index(value_key(call.arguments[param]))
-    others = [k for k in range(len(values)) if keys[k] != keys[right]]
-    if not others:
+    near = [k for k in range(len(values)) if k != right and abs(k - right) <= NEIGHBOURHOOD]
+    if not near:
         return None
-    near = [k for k in others if abs(k - right) <= NEIGHBOURHOOD]
-    pool = near or others
-    wrong = pool[int(rng.integers(0, len(pool)))]
+    wrong = near[int(rng.integers(0, len(near)))]
     return ToolCall(call.name, {**call.arguments, param: values[wrong]})

@@ -42,18 +42,19 @@ def make_demonstrations(policy: Policy, tasks: Sequence[TaskSpec], env_id: str,
                         seed: int = 0) -> list[Demo]:
     """The oracle's episode of every task, as token ids with the agent's tokens marked.
 
-    ``recovery``: the chance, per oracle tool call, that the demonstration first shows a slip
-    (``recovery.slipped_call``) and its rejection as context, then the oracle's call. A slip the
-    environment accepts (a wrong value that is still valid) is taken back by replaying the
-    episode without it, so every demonstration still ends where the oracle's does. Slips are
-    drawn from ``numpy.random.default_rng([seed, task index])``.
+    ``recovery``: the chance, per oracle tool call, that a slip is drawn (``recovery.slipped_call``);
+    one the environment rejects is shown with its rejection as context before the oracle's call.
+    A slip the environment accepts (a wrong value that is still valid) is taken back by replaying
+    the episode without it, and no slip is drawn when the episode's step limit has no room for
+    one besides the oracle's remaining actions, so every demonstration still ends where the
+    oracle's does. Slips are drawn from ``numpy.random.default_rng([seed, task index])``.
     """
     if not 0.0 <= recovery <= 1.0:
         raise ValueError(f"recovery must be a probability in [0, 1], got {recovery}")
     codec = ChatCodec(policy)
     env = gym.make(env_id, **dict(env_kwargs or {}))
-    if recovery > 0 and not hasattr(env.unwrapped.renderer, "slots"):
-        raise ValueError(f"recovery demonstrations need a view with value slots (compact or structured); "
+    if recovery > 0 and getattr(env.unwrapped, "mode", None) != "compact":
+        raise ValueError(f"recovery demonstrations need the compact view (value slots); "
                          f"{env_id!r} renders {getattr(env.unwrapped, 'mode', '?')!r}")
     demos = []
     for i, task in enumerate(tasks):
@@ -61,13 +62,17 @@ def make_demonstrations(policy: Policy, tasks: Sequence[TaskSpec], env_id: str,
         obs, info = env.reset(seed=i, options={"task": task})
         messages, tools = conversation_start(env, obs)
         tr = codec.start(messages, tools)
+        plan = _oracle_length(env, i, task) if recovery > 0 else 0
         taken: list[Any] = []  # every action stepped so far, slips included (to replay the episode)
-        for _ in range(MAX_DEMO_STEPS):
-            truth = oracle_action(env.unwrapped.episode)
-            if isinstance(truth, ToolCall) and recovery > 0 and rng.random() < recovery:
+        for done in range(MAX_DEMO_STEPS):
+            ep = env.unwrapped.episode
+            truth = oracle_action(ep)
+            room = ep.max_steps - ep.steps > plan - done  # a slip besides the oracle's remaining actions
+            if isinstance(truth, ToolCall) and room and recovery > 0 and rng.random() < recovery:
                 slip = slipped_call(truth, env.unwrapped.renderer.slots.values, rng)
                 if slip is not None:
                     slip_text = env.unwrapped.encode(slip)
+                    before = _episode_marks(env)
                     obs, _, terminated, truncated, info = env.step(slip_text)
                     if info["error"] != "none" and not (terminated or truncated):
                         tr.add_context(codec.action_ids(slip_text))  # shown, never imitated
@@ -78,6 +83,7 @@ def make_demonstrations(policy: Policy, tasks: Sequence[TaskSpec], env_id: str,
                         env.reset(seed=i, options={"task": task})
                         for a in taken:
                             env.step(a)
+                        assert _episode_marks(env) == before, "replaying the episode did not restore it"
             action = env.unwrapped.encode(truth)
             tr.add_action(codec.action_ids(action))
             obs, _, terminated, truncated, info = env.step(action)
@@ -89,6 +95,24 @@ def make_demonstrations(policy: Policy, tasks: Sequence[TaskSpec], env_id: str,
         demos.append(Demo(task, tr, bool(info["success"])))
     env.close()
     return demos
+
+
+def _oracle_length(env: gym.Env, seed: int, task: TaskSpec) -> int:
+    """The number of actions of the oracle's episode of ``task`` (played on ``env``, then reset)."""
+    env.reset(seed=seed, options={"task": task})
+    n = 0
+    for n in range(1, MAX_DEMO_STEPS + 1):
+        *_, terminated, truncated, _ = env.step(env.unwrapped.oracle_action())
+        if terminated or truncated:
+            break
+    env.reset(seed=seed, options={"task": task})
+    return n
+
+
+def _episode_marks(env: gym.Env) -> tuple[Any, ...]:
+    """What a taken-back slip must leave as it was: steps, turn, met requirements, slots, changed records."""
+    ep = env.unwrapped.episode
+    return ep.steps, ep.turn, sorted(ep.satisfied), list(env.unwrapped.renderer.slots.values), ep.state.changed
 
 
 def demonstration_tasks(cfg: TrainConfig, seeds: Sequence[TaskSpec], mode: str) -> list[TaskSpec]:
