@@ -103,9 +103,10 @@ def _config_or_exit(args: argparse.Namespace, command: str) -> Any:
         if command == "train":
             refuse_stale_checkpoints(cfg.run_dir, resume=args.resume)
         builds_demos = command == "sft" or (command == "train" and (cfg.sft.enabled or cfg.grpo.sft_weight > 0))
-        if builds_demos and cfg.sft.recovery > 0 and env_mode(cfg.data.env_id) != "compact":
+        mode = env_mode(cfg.data.env_id) if builds_demos and cfg.sft.recovery > 0 else "compact"
+        if mode != "compact":
             raise ValueError(f"config sft.recovery needs the compact view (value slots); data.env_id "
-                             f"{cfg.data.env_id!r} is the {env_mode(cfg.data.env_id)} view")
+                             f"{cfg.data.env_id!r} is the {mode} view")
     except (ValueError, OSError, yaml.YAMLError) as exc:
         print(f"rods {command}: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

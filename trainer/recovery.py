@@ -5,8 +5,8 @@ seen the state its own mistakes lead to (the error observation) nor what to do t
 demonstration with a slip first shows a call with one argument holding a neighbouring value of
 the episode's slot table (the slot a small policy that finds values by position picks by mistake;
 most such slips fail the parameter's type check, some name an entity that does not exist), then
-the environment's rejection, then the oracle's call. The slip and the rejection are context (no loss); the oracle's call after
-them is what the policy imitates.
+the environment's rejection, then the oracle's call. The slip and the rejection are context (no
+loss); the oracle's call after them is what the policy imitates.
 """
 
 from __future__ import annotations

@@ -59,10 +59,10 @@ def make_demonstrations(policy: Policy, tasks: Sequence[TaskSpec], env_id: str,
     demos = []
     for i, task in enumerate(tasks):
         rng = np.random.default_rng([seed, i])
+        plan = _oracle_length(env, i, task) if recovery > 0 else 0
         obs, info = env.reset(seed=i, options={"task": task})
         messages, tools = conversation_start(env, obs)
         tr = codec.start(messages, tools)
-        plan = _oracle_length(env, i, task) if recovery > 0 else 0
         taken: list[Any] = []  # every action stepped so far, slips included (to replay the episode)
         for done in range(MAX_DEMO_STEPS):
             ep = env.unwrapped.episode
@@ -98,14 +98,14 @@ def make_demonstrations(policy: Policy, tasks: Sequence[TaskSpec], env_id: str,
 
 
 def _oracle_length(env: gym.Env, seed: int, task: TaskSpec) -> int:
-    """The number of actions of the oracle's episode of ``task`` (played on ``env``, then reset)."""
+    """The number of actions of the oracle's episode of ``task``, played on ``env``. (Exact, unlike
+    ``rollout.oracle_actions``, a bound that counts a reply for every user turn.)"""
     env.reset(seed=seed, options={"task": task})
     n = 0
     for n in range(1, MAX_DEMO_STEPS + 1):
         *_, terminated, truncated, _ = env.step(env.unwrapped.oracle_action())
         if terminated or truncated:
             break
-    env.reset(seed=seed, options={"task": task})
     return n
 
 
