@@ -135,6 +135,10 @@ class SFTConfig:
     # torch CPU threads during the warm start only (0: the run's ``threads``). Its batches of 32
     # padded sequences use a second core well, unlike the rollouts' small generation steps.
     threads: int = 0
+    # mixed precision of the warm start's forward pass: off (fp32) | bf16 (torch.autocast: bf16
+    # matmuls, fp32 weights, optimizer and loss). GRPO always runs in the policy's dtype, so that
+    # the update's log-probs equal the rollouts'.
+    autocast: str = "off"
 
 
 @dataclass(frozen=True)
@@ -194,6 +198,7 @@ CHOICES = {
     ("policy", "dtype"): ("float32", "bfloat16", "float16"),
     ("policy", "compact_tokens"): ("words", "pieces"),
     ("sft", "data"): ("seeds", "sampled"),
+    ("sft", "autocast"): ("off", "bf16"),
 }
 
 

@@ -223,7 +223,8 @@ def train_sft(policy: Policy, demos: Sequence[Demo], cfg: SFTConfig, *, seed: in
         ids, attn, amask = pad_right([d.transcript.ids for d in mine], [d.transcript.action_mask for d in mine],
                                      policy.pad_id)
         total = sum(sum(d.transcript.action_mask) for d in batch) / world  # DDP averages: global token mean
-        loss = sft_loss(model, ids.to(device), attn.to(device), amask.to(device), n_tokens=total)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.autocast == "bf16"):
+            loss = sft_loss(model, ids.to(device), attn.to(device), amask.to(device), n_tokens=total)
         optimizer.zero_grad(set_to_none=True)
         if accelerator is not None:
             accelerator.backward(loss)
