@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from pathlib import Path
+from numbers import Integral
 from typing import Any, Mapping, Sequence
 
 import gymnasium as gym
@@ -59,6 +60,9 @@ class ToolChainEnv(gym.Env):
             raise ValueError(f"unknown difficulty {difficulty!r}; choose one of {sorted(DIFFICULTIES)}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"unknown render_mode {render_mode!r}")
+        if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, Integral)
+                                      or max_steps < 1):
+            raise ValueError(f"max_steps must be a positive int (or None: 8 + 3 * calls + 2 * turns), got {max_steps!r}")
         self.suite = suite or default_suite()
         self.mode = mode
         self.renderer = RENDERERS[mode](self.suite)

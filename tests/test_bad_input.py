@@ -104,6 +104,8 @@ def _good_args(task: TaskSpec, env: ToolChainEnv) -> dict[str, Any]:
     ('<tool_call>{"name": "transfer_funds", "arguments": {}, "extra": 1}</tool_call>', "unexpected keys"),
     ('<tool_call>{"name": "transfer_funds", "arguments": "{not json"}</tool_call>', "string that is not valid JSON"),
     ("<tool_call>{}</tool_call><tool_call>{}</tool_call>", "exactly one tool call"),
+    ('[{"name": "transfer_funds", "arguments": {}}]', "one tool call per message, not a list"),  # parallel calls, bare
+    ('[{"name": "a"}, {"name": "b"}]', "one tool call per message, not a list"),
     ("", "empty"),
     ("   \n\t ", "empty"),
 ])
@@ -479,3 +481,11 @@ def test_property_structured_random_arrays(prop_envs, prop_tasks, data) -> None:
     raw = data.draw(st.one_of(in_range, small, junk, floats))
     action = np.asarray(raw) if data.draw(st.booleans()) and raw else raw
     _property_step(env, task, prefix, action)
+
+
+def test_text_in_brackets_is_still_a_reply() -> None:
+    from rods_gym.episode import Reply
+    from rods_gym.renderers.chat import parse_chat_action
+
+    for text in ("[1, 2]", "[see above] the order is cancelled", "[]", '["a", {"name": "x"}]'):
+        assert isinstance(parse_chat_action(text), Reply), text

@@ -206,6 +206,10 @@ def test_truncation_at_max_steps(easy_tasks) -> None:
     env.reset(options={"task": easy_tasks[0]})
     t = easy_tasks[0]
     assert env.episode.max_steps == 8 + 3 * len(t.calls) + 2 * len(t.turns)
+    for bad in (0, -1, 2.5, True, "3"):
+        with pytest.raises(ValueError, match="max_steps must be a positive int"):
+            ToolChainEnv(mode="compact", task_set=easy_tasks, max_steps=bad)
+    assert ToolChainEnv(mode="compact", task_set=easy_tasks, max_steps=np.int64(4)).max_steps == 4
 
 
 def test_reset_seeding_and_options(easy_tasks, suite) -> None:

@@ -70,6 +70,29 @@ def test_the_cli_reports_a_config_mistake_in_one_line(capsys) -> None:
         assert "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
+def test_what_a_run_reads_is_checked_before_any_work_in_one_line(tmp_path: Path, capsys) -> None:
+    """Env ids, task sets, models and a source's options fail before the warm start, and the run
+    directory stays empty; the evaluate and sft commands check what they read the same way."""
+    (tmp_path / "broken.yaml").write_text("steps: [1, 2\n")
+    run = tmp_path / "run"
+    for argv, words in ((["train", "--env", "rods/NoSuch-v0"], "data.env_id 'rods/NoSuch-v0'"),
+                        (["train", "data.source_options={bogus: 1}"], "does not take ['bogus']"),
+                        (["train", "eval.splits=[nosuch]"], "task set 'nosuch' is neither a split name"),
+                        (["train", "data.train_split=trian"], "task set 'trian'"),
+                        (["train", "--model", str(tmp_path / "no-model")], "no such directory"),
+                        (["train", "policy.model=nonexist"], "not a local directory and not in the Hugging Face cache"),
+                        (["train", "--config", str(tmp_path / "broken.yaml")], "line 2, column 1: not valid YAML"),
+                        (["sft", "--env", "gibberish"], "data.env_id 'gibberish'"),
+                        (["evaluate", "--splits", "nosuch", "--tasks", "2"], "task set 'nosuch'"),
+                        (["evaluate", "--tasks", "0"], "--tasks must be >= 1")):
+        with pytest.raises(SystemExit) as exit_info:
+            main([*argv, "--run-dir", str(run)])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and f"rods {argv[0]}: error:" in err and words in err, (argv, err)
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+        assert not run.exists() or not any(run.iterdir()), (argv, sorted(run.iterdir()))
+
+
 def _fake_checkpoint(run_dir: Path, step: int) -> None:
     ckpt = run_dir / "checkpoints" / f"step-{step:06d}"
     ckpt.mkdir(parents=True)
@@ -99,9 +122,20 @@ def test_resume_continues_with_the_runs_saved_config(tmp_path: Path, capsys, mon
     shutil.copy(run / "config.yaml", tmp_path / "runs" / "default" / "config.yaml")
     cfg = load_from_args(_args("train", "--resume"))
     assert (cfg.run_dir, cfg.steps, cfg.eval.tasks) == ("runs/default", 2, 8)
-    # no config saved there (e.g. only a copied warm start): the command line's config, and it says so
+    # no config saved there, only a copied warm start: the command line's config, and it says so
+    (tmp_path / "new" / "sft_policy").mkdir(parents=True)
     fresh = load_from_args(_args("train", "--run-dir", str(tmp_path / "new"), "--resume", "steps=4"))
     assert fresh.steps == 4 and "no saved config.yaml" in capsys.readouterr().out
+    # nothing to resume (a mistyped --run-dir): an error, before a new run starts there
+    for empty in (tmp_path / "typo", tmp_path / "runs"):
+        with pytest.raises(ValueError, match="holds no run to resume"):
+            load_from_args(_args("train", "--run-dir", str(empty), "--resume"))
+    assert not (tmp_path / "typo").exists()
+    # a warm-start field changed on resume once the warm start is done: said to have no effect
+    (run / "sft_policy").mkdir()
+    (run / "sft_policy" / "config.json").write_text("{}")
+    load_from_args(_args("train", "--run-dir", str(run), "--resume", "sft.steps=7"))
+    assert "sft.steps no longer change this run" in capsys.readouterr().out
 
 
 def test_a_new_run_refuses_an_earlier_runs_checkpoints(tmp_path: Path, capsys) -> None:
@@ -133,7 +167,9 @@ def test_paths_splits_and_envs_that_do_not_exist_are_named(tmp_path: Path, monke
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert load_policy("~/pol").name == str(tmp_path / "home" / "pol")
     capsys.readouterr()
-    assert main(["evaluate", "--policy", str(tmp_path / "nope"), "--tasks", "1"]) == 2  # rods evaluate: one line
+    with pytest.raises(SystemExit) as exit_info:  # rods evaluate: one line
+        main(["evaluate", "--policy", str(tmp_path / "nope"), "--tasks", "1"])
+    assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "rods evaluate: error:" in err and "no such directory" in err and "Traceback" not in err
     with pytest.raises(FileNotFoundError, match="neither a split name .*train, dev, test, ood"):

@@ -103,3 +103,14 @@ def test_skill_taxonomy(suite: Suite, capsys: pytest.CaptureFixture[str]) -> Non
     assert total_line.split()[-1] == str(len(suite.tools))
     assert main(["skills", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == table
+
+
+def test_output_piped_into_a_reader_that_stops_early_is_no_traceback() -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "rods_gym.cli", "skills", "--json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # the reader is gone before the command writes a byte
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 141 and "Traceback" not in err and "BrokenPipe" not in err, err

@@ -96,3 +96,20 @@ def test_demonstration_tasks_are_fresh_stratified_and_deterministic(splits):
     for t in tasks:
         env.reset(options={"task": t})
         assert rods_gym.solve(env)[1]["success"], t.id
+
+
+def test_show_describes_task_sets_built_elsewhere(tmp_path, capsys) -> None:
+    import shutil
+
+    from rods_gym.cli import main
+    from rods_gym.envs import SPLITS as NAMES, TASKSETS_DIR
+
+    assert main(["tasksets", "show"]) == 0
+    shipped = capsys.readouterr().out
+    for name in NAMES:
+        shutil.copy(TASKSETS_DIR / f"{name}.jsonl", tmp_path / f"{name}.jsonl")
+    assert main(["tasksets", "show", "--out", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == shipped
+    (tmp_path / "dev.jsonl").unlink()
+    assert main(["tasksets", "show", "--out", str(tmp_path)]) == 2
+    assert "has no dev.jsonl" in capsys.readouterr().err

@@ -6,8 +6,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
+T = TypeVar("T")
+RESUMABLE = ("sft_policy/", "checkpoints/")  # what a run directory without config.yaml may still resume from
 CONFIG_HELP = "YAML config file or shipped config name (default, chat_tiny, ...); default: the shipped default"
 
 
@@ -46,8 +48,12 @@ def load_from_args(args: argparse.Namespace) -> Any:
         return cfg
     saved = Path(cfg.run_dir) / "config.yaml"
     if not saved.exists():
-        print(f"resume: {cfg.run_dir} has no saved config.yaml; using the command line's config (finished phases "
-              "found there, e.g. a copied sft_policy/, are still reused)")
+        found = [name for name in RESUMABLE if (Path(cfg.run_dir) / name).exists()]
+        if not found:
+            raise ValueError(f"--resume: {cfg.run_dir} holds no run to resume (no config.yaml, "
+                             f"{' or '.join(RESUMABLE)}); check --run-dir, or drop --resume to start a new run")
+        print(f"resume: {cfg.run_dir} has no saved config.yaml; using the command line's config (the finished "
+              f"phases found there, {', '.join(found)}, are reused)")
         return cfg
     if args.config is not None:
         print(f"resume: --config {args.config} only located the run directory ({cfg.run_dir}); the run continues "
@@ -57,6 +63,10 @@ def load_from_args(args: argparse.Namespace) -> Any:
     cfg = load_config(saved, here)
     changed = [f"{k}: {a!r} -> {b!r}" for k, (a, b) in _diff(before.to_dict(), cfg.to_dict()).items()]
     print(f"resume: the run's saved config ({saved})" + (", with " + "; ".join(changed) if changed else ""))
+    late = [c.split(":")[0] for c in changed if c.startswith("sft.")]
+    if late and (Path(cfg.run_dir) / "sft_policy" / "config.json").exists():
+        print(f"resume: note: the warm start is done (sft_policy/ is reused), so {', '.join(late)} no longer change "
+              "this run")
     return cfg
 
 
@@ -113,35 +123,44 @@ def _config_or_exit(args: argparse.Namespace, command: str) -> Any:
     return cfg
 
 
+def _or_exit(command: str, prepare: Callable[[], T]) -> T:
+    """``prepare()``; a mistake in what it reads (a task set, an env id, a model, a source's
+    options) is printed as one line and exits with 2, as a config mistake is."""
+    try:
+        return prepare()
+    except (ValueError, OSError) as exc:
+        print(f"rods {command}: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def run_train(args: argparse.Namespace) -> int:
-    from .pipeline import run_training
+    from .pipeline import apply_threads, prepare_inputs, run_training
 
     cfg = _config_or_exit(args, "train")
-    summary = run_training(cfg, resume=args.resume)
+    apply_threads(cfg)
+    inputs = _or_exit("train", lambda: prepare_inputs(cfg))
+    summary = run_training(cfg, resume=args.resume, inputs=inputs)
     return 0 if summary else 1
 
 
 def run_sft(args: argparse.Namespace) -> int:
-    from .pipeline import apply_threads, env_mode, make_accelerator, warm_start
+    from .pipeline import apply_threads, make_accelerator, prepare_inputs, warm_start
     from .config import save_config
     from .evaluation import evaluate
     from .loop import env_kwargs, eval_settings
-    from .policy import make_policy
-    from .tasks import load_tasks, spread
     from .threads import torch_threads
 
     cfg = _config_or_exit(args, "sft")
     apply_threads(cfg)
+    inputs = _or_exit("sft", lambda: prepare_inputs(cfg, check_source=False))
+    policy = inputs.policy
     accelerator = make_accelerator()
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, run_dir / "config.yaml")
-    seeds = load_tasks(cfg.data.train_split, cfg.data)
-    policy = make_policy(cfg.policy, env_mode(cfg.data.env_id))
-    warm_start(cfg, policy, seeds, accelerator, run_dir, False, print)
+    warm_start(cfg, policy, inputs.seeds, accelerator, run_dir, False, print)
     if accelerator.is_main_process:
-        for split in cfg.eval.splits:
-            tasks = spread(load_tasks(split, cfg.data), cfg.eval.tasks)
+        for split, tasks in inputs.eval_sets.items():
             with torch_threads(cfg.eval.threads):
                 res = evaluate(policy, tasks, cfg.data.env_id, settings=eval_settings(cfg),
                                batch_episodes=cfg.eval.batch_episodes, env_kwargs=env_kwargs(cfg))
@@ -160,19 +179,25 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     cfg = _config_or_exit(args, "evaluate")
     apply_threads(cfg)
-    if args.policy:
-        try:
-            policy = load_policy(args.policy, cfg.policy.local_files_only, cfg.policy.dtype)
-        except FileNotFoundError as exc:
-            print(f"rods evaluate: error: {exc}", file=sys.stderr)
-            return 2
-    else:
-        policy = make_policy(cfg.policy, env_mode(cfg.data.env_id))
-    splits = args.splits.split(",") if args.splits else list(cfg.eval.splits)
     n = args.tasks if args.tasks is not None else cfg.eval.tasks
+    if n < 1:
+        print(f"rods evaluate: error: --tasks must be >= 1 (tasks per split), got {n}", file=sys.stderr)
+        raise SystemExit(2)
+    splits = args.splits.split(",") if args.splits else list(cfg.eval.splits)
+
+    def prepare() -> tuple[Any, dict[str, list]]:
+        mode = env_mode(cfg.data.env_id)
+        sets = {split: spread(load_tasks(split, cfg.data), n) for split in splits}
+        if args.policy:
+            return load_policy(args.policy, cfg.policy.local_files_only, cfg.policy.dtype), sets
+        return make_policy(cfg.policy, mode), sets
+
+    policy, sets = _or_exit("evaluate", prepare)
+    if not args.policy and cfg.policy.model == "tiny":
+        print("note: no --policy given, so this evaluates a freshly initialised tiny model; pass --policy "
+              "RUN_DIR/sft_policy (or RUN_DIR/checkpoints/step-N/policy) to evaluate a trained one", file=sys.stderr)
     results = {}
-    for split in splits:
-        tasks = spread(load_tasks(split, cfg.data), n)
+    for split, tasks in sets.items():
         with torch_threads(cfg.eval.threads):
             results[split] = evaluate(policy, tasks, cfg.data.env_id, settings=eval_settings(cfg),
                                       batch_episodes=cfg.eval.batch_episodes, env_kwargs=env_kwargs(cfg))

@@ -209,7 +209,8 @@ def check_config(cfg: TrainConfig) -> None:
             raise ValueError(f"config {section}.{name}={value!r}: choose one of {allowed}")
     positive = [("rollout", "group_size"), ("rollout", "tasks_per_step"), ("rollout", "max_action_tokens"),
                 ("rollout", "max_turns"), ("rollout", "max_context"), ("grpo", "epochs"), ("grpo", "minibatches"),
-                ("grpo", "micro_batch_size"), ("sft", "batch_size"), ("eval", "batch_episodes")]
+                ("grpo", "micro_batch_size"), ("sft", "batch_size"), ("eval", "batch_episodes"),
+                ("eval", "tasks")]
     for section, name in positive:
         if getattr(getattr(cfg, section), name) < 1:
             raise ValueError(f"config {section}.{name} must be >= 1")
@@ -363,7 +364,13 @@ def read_config_file(path: str | Path, chain: tuple[Path, ...] = ()) -> dict[str
     if p in chain or len(chain) >= MAX_BASE_DEPTH:
         raise ValueError(f"config file {p}: its base chain {' -> '.join(str(c) for c in (*chain, p))} "
                          f"{'loops' if p in chain else f'is deeper than {MAX_BASE_DEPTH}'}")
-    loaded = yaml.safe_load(p.read_text()) or {}
+    try:
+        loaded = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ValueError(f"config file {p}:{where}: not valid YAML ({problem})") from None
     if not isinstance(loaded, Mapping):
         raise ValueError(f"config file {p}: the top level must be a mapping")
     data = dict(loaded)

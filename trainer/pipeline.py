@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -17,6 +18,7 @@ import torch
 from accelerate import Accelerator
 
 import rods_gym  # noqa: F401  (registers the environments)
+from rods_gym.task import TaskSpec
 
 from .checkpoint import refuse_stale_checkpoints
 from .config import TrainConfig, save_config
@@ -26,6 +28,7 @@ from .plots import plot_training_curve
 from .policy import Policy, load_policy, make_policy, save_policy
 from .rollout import RolloutEngine
 from .sft import Demo, demonstrations, env_mode, train_sft
+from .sources import make_source
 from .threads import torch_threads
 from .tasks import load_tasks, spread, using_fallback
 
@@ -107,9 +110,38 @@ def apply_threads(cfg: TrainConfig) -> None:
         torch.set_num_threads(cfg.threads)
 
 
-def run_training(cfg: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
+@dataclass
+class RunInputs:
+    """What a run reads before it does any work (``prepare_inputs``)."""
+
+    mode: str  # the environment's view
+    seeds: list[TaskSpec]
+    eval_sets: dict[str, list[TaskSpec]]
+    policy: Policy
+
+
+def prepare_inputs(cfg: TrainConfig, *, check_source: bool = True) -> RunInputs:
+    """The environment's view, the seed and evaluation task sets, the task source and the policy.
+
+    The source is built once here only to check ``data.source`` and its options (the loop builds
+    its own; ``check_source=False`` skips it where no GRPO follows). A mistake in any of them
+    raises ``ValueError`` or ``OSError`` naming it before the run writes anything or starts its
+    warm start.
+    """
+    mode = env_mode(cfg.data.env_id)
+    seeds = load_tasks(cfg.data.train_split, cfg.data)
+    eval_sets = {s: spread(load_tasks(s, cfg.data), cfg.eval.tasks) for s in cfg.eval.splits}
+    if check_source:
+        make_source(cfg.data.source, cfg, seeds, cfg.seed)
+    return RunInputs(mode, seeds, eval_sets, make_policy(cfg.policy, mode))
+
+
+def run_training(cfg: TrainConfig, *, resume: bool = False, inputs: RunInputs | None = None) -> dict[str, Any]:
+    """The whole job; ``inputs`` from ``prepare_inputs(cfg)`` (built here when not given)."""
     refuse_stale_checkpoints(cfg.run_dir, resume=resume)  # before the warm start, not after it
     apply_threads(cfg)
+    inputs = inputs if inputs is not None else prepare_inputs(cfg)
+    mode, seeds, eval_sets, policy = inputs.mode, inputs.seeds, inputs.eval_sets, inputs.policy
     accelerator = make_accelerator()
     log = lambda *a: _print(accelerator, *a)  # noqa: E731
     run_dir = Path(cfg.run_dir)
@@ -117,9 +149,6 @@ def run_training(cfg: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, run_dir / "config.yaml")
     t_job = time.perf_counter()
-    mode = env_mode(cfg.data.env_id)
-    seeds = load_tasks(cfg.data.train_split, cfg.data)
-    eval_sets = {s: spread(load_tasks(s, cfg.data), cfg.eval.tasks) for s in cfg.eval.splits}
     for split in [cfg.data.train_split, *cfg.eval.splits]:
         if using_fallback(split):
             log(f"note: envs/tasksets/{split}.jsonl is not built; using seeded {cfg.data.fallback_difficulty} "
@@ -127,7 +156,6 @@ def run_training(cfg: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
     log(f"run {cfg.name}: env {cfg.data.env_id} ({mode} view), {len(seeds)} seed tasks, eval on "
         + ", ".join(f"{k} ({len(v)} tasks)" for k, v in eval_sets.items()) + f", {accelerator.num_processes} process(es)")
 
-    policy = make_policy(cfg.policy, mode)
     n_params = sum(p.numel() for p in policy.model.parameters())
     log(f"policy {policy.name}: {n_params / 1e6:.2f}M parameters, vocabulary {len(policy.tokenizer)}")
     # PPO-ptx (grpo.sft_weight) imitates the warm start's demonstrations during GRPO too: built once

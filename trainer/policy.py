@@ -102,9 +102,12 @@ def load_policy(name_or_path: str | Path, local_files_only: bool = True, dtype: 
         tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=local_files_only)
         model = AutoModelForCausalLM.from_pretrained(name, local_files_only=local_files_only, dtype=DTYPES[dtype])
     except OSError as exc:
-        hint = " (offline: pass a local path, or set policy.local_files_only=false to allow a download)" \
-            if local_files_only else ""
-        raise FileNotFoundError(f"cannot load policy {name!r}{hint}: {exc}") from exc
+        if local_files_only:
+            raise FileNotFoundError(f"cannot load policy {name!r}: not a local directory and not in the Hugging Face "
+                                    "cache (policy.local_files_only: nothing is downloaded; pass a local path, or set "
+                                    "policy.local_files_only=false to allow a download)") from exc
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise FileNotFoundError(f"cannot load policy {name!r}: {first}") from exc
     return wrap(model, tokenizer, name)
 
 

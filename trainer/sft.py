@@ -132,7 +132,10 @@ def demonstrations(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec]) 
 
 def env_mode(env_id: str) -> str:
     """The view (chat, compact, structured) of a registered environment."""
-    env = gym.make(env_id)
+    try:
+        env = gym.make(env_id)
+    except gym.error.Error as exc:  # an id that is not registered (NameNotFound, VersionNotFound, ...)
+        raise ValueError(f"data.env_id {env_id!r}: {exc}") from None
     mode = getattr(env.unwrapped, "mode", None)
     env.close()
     if mode is None:

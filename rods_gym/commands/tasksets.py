@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("tasksets", help="build or describe the train/dev/test/ood task sets")
     p.add_argument("action", choices=["build", "show"], help="build: regenerate the JSONL files; show: describe them")
-    p.add_argument("--out", type=Path, default=None, help="output directory for build (default: the package's envs/tasksets)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="build: where to write; show: where to read (default: the package's envs/tasksets)")
     p.set_defaults(func=run)
 
 
@@ -22,6 +24,16 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "build":
         for name, tasks in build_all(args.out or TASKSETS_DIR).items():
             print(f"{name:6s} {describe(tasks)}")
+    elif args.out is not None:
+        from ..task import read_jsonl
+
+        missing = [name for name in SPLITS if not (args.out / f"{name}.jsonl").exists()]
+        if missing:
+            print(f"rods tasksets: error: {args.out} has no {', '.join(m + '.jsonl' for m in missing)}",
+                  file=sys.stderr)
+            return 2
+        for name in SPLITS:
+            print(f"{name:6s} {describe(read_jsonl(args.out / f'{name}.jsonl'))}")
     else:
         for name in SPLITS:
             print(f"{name:6s} {describe(load_split(name))}")

@@ -78,6 +78,17 @@ def parse_tool_json(text: str) -> Action:
     return ToolCall(name, args)
 
 
+def _is_call_list(text: str) -> bool:
+    """Whether ``text`` is a JSON list of objects: parallel tool calls, which get an error, not a reply."""
+    if not text.startswith("["):
+        return False
+    try:
+        obj = json.loads(text, parse_constant=_no_constants)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(obj, list) and bool(obj) and all(isinstance(x, dict) for x in obj)
+
+
 def parse_chat_action(action: Any) -> Action:
     """Parse one chat action. Never raises."""
     if not isinstance(action, str):
@@ -100,7 +111,7 @@ def parse_chat_action(action: Any) -> Action:
         if body.startswith("json"):
             body = body[4:]
         return parse_tool_json(body.strip())
-    if text.startswith("{"):
+    if text.startswith("{") or _is_call_list(text):
         return parse_tool_json(text)
     if not text:
         return Invalid("malformed", "the message is empty")
