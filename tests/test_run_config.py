@@ -176,3 +176,29 @@ def test_paths_splits_and_envs_that_do_not_exist_are_named(tmp_path: Path, monke
         gym.make("rods/ToolChain-v0", task_set="validation")
     with pytest.raises(ValueError, match="not a rods_gym tool-use environment"):
         env_mode("CartPole-v1")
+
+
+def test_evaluate_finds_a_runs_latest_policy(tmp_path: Path, capsys) -> None:
+    from rods_gym.trainer.commands import run_policy
+    from rods_gym.trainer.config import PolicyConfig
+    from rods_gym.trainer.policy import build_tiny_policy, save_policy
+
+    run = tmp_path / "run"
+    assert run_policy(run) is None
+    tiny = PolicyConfig(hidden_size=16, intermediate_size=32, num_layers=1, num_heads=2, max_positions=1024)
+    save_policy(build_tiny_policy(tiny, "compact"), run / "sft_policy")
+    assert run_policy(run) == run / "sft_policy"
+    _fake_checkpoint(run, 3)
+    assert run_policy(run) == run / "sft_policy"  # a checkpoint without a saved policy is skipped
+    save_policy(build_tiny_policy(tiny, "compact"), run / "checkpoints" / "step-000003" / "policy")
+    assert run_policy(run) == run / "checkpoints" / "step-000003" / "policy"
+    capsys.readouterr()
+    assert main(["evaluate", "--run-dir", str(run), "--tasks", "2", "--splits", "dev"]) == 0
+    captured = capsys.readouterr()
+    assert f"evaluating {run / 'checkpoints' / 'step-000003' / 'policy'}" in captured.err
+    assert captured.out.startswith("dev ") and "(2 tasks)" in captured.out
+    # a run trained in another view is evaluated in that view unless --env says otherwise
+    save_config(load_config("default", [f"run_dir={run}", "data.env_id=rods/ToolChain-Easy-Compact-v0"]),
+                run / "config.yaml")
+    assert main(["evaluate", "--run-dir", str(run), "--tasks", "2", "--splits", "dev"]) == 0
+    assert "in rods/ToolChain-Easy-Compact-v0, the run's environment" in capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -94,7 +95,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("evaluate", help="greedy success/progress of a policy on task splits")
     _add_config_args(p)
-    p.add_argument("--policy", default=None, help="saved policy directory (default: --model / the config's policy)")
+    p.add_argument("--policy", default=None, help="saved policy directory (default: the latest policy of --run-dir, "
+                   "else --model / the config's policy)")
     p.add_argument("--splits", default=None, help="comma-separated splits or JSONL paths (default: eval.splits)")
     p.add_argument("--tasks", type=int, default=None, help="tasks per split (default: eval.tasks)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -169,6 +171,17 @@ def run_sft(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_policy(run_dir: str | Path) -> Path | None:
+    """A run directory's latest policy: its newest checkpoint's, else its warm start's (None: neither)."""
+    from .checkpoint import latest_checkpoint
+
+    ckpt = latest_checkpoint(Path(run_dir) / "checkpoints")
+    for candidate in ((ckpt / "policy") if ckpt is not None else None, Path(run_dir) / "sft_policy"):
+        if candidate is not None and (candidate / "config.json").exists():
+            return candidate
+    return None
+
+
 def run_evaluate(args: argparse.Namespace) -> int:
     from .evaluation import evaluate
     from .loop import env_kwargs, eval_settings
@@ -184,18 +197,30 @@ def run_evaluate(args: argparse.Namespace) -> int:
         print(f"rods evaluate: error: --tasks must be >= 1 (tasks per split), got {n}", file=sys.stderr)
         raise SystemExit(2)
     splits = args.splits.split(",") if args.splits else list(cfg.eval.splits)
+    saved = args.policy or (run_policy(args.run_dir) if args.run_dir else None)
+    if saved and not args.policy:
+        print(f"evaluating {saved} (the run's latest policy)", file=sys.stderr)
+        run_config = Path(args.run_dir) / "config.yaml"
+        if not args.env and run_config.exists():  # the environment (view) the run trained in
+            from .config import load_config
+
+            env_id = _or_exit("evaluate", lambda: load_config(run_config, [f"run_dir={args.run_dir}"])).data.env_id
+            if env_id != cfg.data.env_id:
+                print(f"in {env_id}, the run's environment (--env to choose another)", file=sys.stderr)
+                cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, env_id=env_id))
 
     def prepare() -> tuple[Any, dict[str, list]]:
         mode = env_mode(cfg.data.env_id)
         sets = {split: spread(load_tasks(split, cfg.data), n) for split in splits}
-        if args.policy:
-            return load_policy(args.policy, cfg.policy.local_files_only, cfg.policy.dtype), sets
+        if saved:
+            return load_policy(saved, cfg.policy.local_files_only, cfg.policy.dtype), sets
         return make_policy(cfg.policy, mode), sets
 
     policy, sets = _or_exit("evaluate", prepare)
-    if not args.policy and cfg.policy.model == "tiny":
-        print("note: no --policy given, so this evaluates a freshly initialised tiny model; pass --policy "
-              "RUN_DIR/sft_policy (or RUN_DIR/checkpoints/step-N/policy) to evaluate a trained one", file=sys.stderr)
+    if not saved and cfg.policy.model == "tiny":
+        print("note: no --policy given (and no trained policy in --run-dir), so this evaluates a freshly initialised "
+              "tiny model; pass --policy RUN_DIR/sft_policy or --run-dir RUN_DIR to evaluate a trained one",
+              file=sys.stderr)
     results = {}
     for split, tasks in sets.items():
         with torch_threads(cfg.eval.threads):
