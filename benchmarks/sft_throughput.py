@@ -15,8 +15,8 @@ tokens through forward+backward. The warm start's quality in bf16 is measured by
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime as _dt
+import itertools
 import os
 import platform
 import sys
@@ -30,7 +30,7 @@ import torch
 from rods_gym.envs.build_tasksets import demonstration_tasks
 from rods_gym.trainer.config import load_config
 from rods_gym.trainer.policy import make_policy
-from rods_gym.trainer.sft import Demo, length_grouped_batches, make_demonstrations, pad_right, sft_loss
+from rods_gym.trainer.sft import Demo, demo_batches, make_demonstrations, pad_right, sft_loss
 
 SCALES = {"smoke": {"demos": 64, "steps": 3, "rounds": 1}, "cpu": {"demos": 640, "steps": 20, "rounds": 3}}
 MODES = ("off", "bf16")
@@ -38,16 +38,10 @@ MODES = ("off", "bf16")
 
 def batches_of(demos: Sequence[Demo], batch_size: int, n: int, pad_id: int, seed: int = 0
                ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """``n`` padded batches as the warm start draws them (length-grouped epochs)."""
-    rng = np.random.default_rng(seed)
-    out: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
-    order: list[list[int]] = []
-    while len(out) < n:
-        if not order:
-            order = length_grouped_batches([len(d.transcript) for d in demos], batch_size, rng)
-        picked = [demos[i] for i in order.pop()]
-        out.append(pad_right([d.transcript.ids for d in picked], [d.transcript.action_mask for d in picked], pad_id))
-    return out
+    """The first ``n`` padded batches the warm start would draw (``sft.demo_batches``)."""
+    draw = demo_batches(demos, batch_size, np.random.default_rng(seed))
+    return [pad_right([d.transcript.ids for d in b], [d.transcript.action_mask for d in b], pad_id)
+            for b in itertools.islice(draw, n)]
 
 
 def time_block(model: torch.nn.Module, optimizer: torch.optim.Optimizer,

@@ -62,9 +62,10 @@ def load_from_args(args: argparse.Namespace) -> Any:
     here = [*overrides, f"run_dir={cfg.run_dir}"]  # the directory it was found in, even if it was copied there
     before = load_config(saved, [f"run_dir={cfg.run_dir}"])
     cfg = load_config(saved, here)
-    changed = [f"{k}: {a!r} -> {b!r}" for k, (a, b) in _diff(before.to_dict(), cfg.to_dict()).items()]
+    diff = _diff(before.to_dict(), cfg.to_dict())
+    changed = [f"{k}: {a!r} -> {b!r}" for k, (a, b) in diff.items()]
     print(f"resume: the run's saved config ({saved})" + (", with " + "; ".join(changed) if changed else ""))
-    late = [c.split(":")[0] for c in changed if c.startswith("sft.")]
+    late = [k for k in diff if k.startswith("sft.")]
     if late and (Path(cfg.run_dir) / "sft_policy" / "config.json").exists():
         print(f"resume: note: the warm start is done (sft_policy/ is reused), so {', '.join(late)} no longer change "
               "this run")
@@ -103,14 +104,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_evaluate)
 
 
-def _config_or_exit(args: argparse.Namespace, command: str) -> Any:
-    """``load_from_args``; a configuration mistake is printed as one line (no traceback) and exits with 2."""
+def _or_exit(command: str, prepare: Callable[[], T]) -> T:
+    """``prepare()``; a mistake in what it reads (the config, a task set, an env id, a model, a
+    source's options) is printed as one line (no traceback) and exits with 2."""
     import yaml
 
+    try:
+        return prepare()
+    except (ValueError, OSError, yaml.YAMLError) as exc:
+        print(f"rods {command}: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _config_or_exit(args: argparse.Namespace, command: str) -> Any:
+    """``load_from_args``, and the checks that need only the config, through ``_or_exit``."""
     from .checkpoint import refuse_stale_checkpoints
     from .sft import env_mode
 
-    try:
+    def load() -> Any:
         cfg = load_from_args(args)
         if command == "train":
             refuse_stale_checkpoints(cfg.run_dir, resume=args.resume)
@@ -119,20 +130,9 @@ def _config_or_exit(args: argparse.Namespace, command: str) -> Any:
         if mode != "compact":
             raise ValueError(f"config sft.recovery needs the compact view (value slots); data.env_id "
                              f"{cfg.data.env_id!r} is the {mode} view")
-    except (ValueError, OSError, yaml.YAMLError) as exc:
-        print(f"rods {command}: error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    return cfg
+        return cfg
 
-
-def _or_exit(command: str, prepare: Callable[[], T]) -> T:
-    """``prepare()``; a mistake in what it reads (a task set, an env id, a model, a source's
-    options) is printed as one line and exits with 2, as a config mistake is."""
-    try:
-        return prepare()
-    except (ValueError, OSError) as exc:
-        print(f"rods {command}: error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+    return _or_exit(command, load)
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -176,10 +176,8 @@ def run_policy(run_dir: str | Path) -> Path | None:
     from .checkpoint import latest_checkpoint
 
     ckpt = latest_checkpoint(Path(run_dir) / "checkpoints")
-    for candidate in ((ckpt / "policy") if ckpt is not None else None, Path(run_dir) / "sft_policy"):
-        if candidate is not None and (candidate / "config.json").exists():
-            return candidate
-    return None
+    candidates = ([ckpt / "policy"] if ckpt is not None else []) + [Path(run_dir) / "sft_policy"]
+    return next((c for c in candidates if (c / "config.json").exists()), None)
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
@@ -193,9 +191,6 @@ def run_evaluate(args: argparse.Namespace) -> int:
     cfg = _config_or_exit(args, "evaluate")
     apply_threads(cfg)
     n = args.tasks if args.tasks is not None else cfg.eval.tasks
-    if n < 1:
-        print(f"rods evaluate: error: --tasks must be >= 1 (tasks per split), got {n}", file=sys.stderr)
-        raise SystemExit(2)
     splits = args.splits.split(",") if args.splits else list(cfg.eval.splits)
     saved = args.policy or (run_policy(args.run_dir) if args.run_dir else None)
     if saved and not args.policy:
@@ -210,6 +205,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
                 cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, env_id=env_id))
 
     def prepare() -> tuple[Any, dict[str, list]]:
+        if n < 1:
+            raise ValueError(f"--tasks must be >= 1 (tasks per split), got {n}")
         mode = env_mode(cfg.data.env_id)
         sets = {split: spread(load_tasks(split, cfg.data), n) for split in splits}
         if saved:

@@ -29,6 +29,7 @@ from .policy import Policy, load_policy, make_policy, save_policy
 from .rollout import RolloutEngine
 from .sft import Demo, demonstrations, env_mode, train_sft
 from .sources import make_source
+from .task_source import TaskSource
 from .threads import torch_threads
 from .tasks import load_tasks, spread, using_fallback
 
@@ -118,22 +119,21 @@ class RunInputs:
     seeds: list[TaskSpec]
     eval_sets: dict[str, list[TaskSpec]]
     policy: Policy
+    source: TaskSource | None  # the GRPO loop's task source (None where no GRPO follows)
 
 
 def prepare_inputs(cfg: TrainConfig, *, check_source: bool = True) -> RunInputs:
-    """The environment's view, the seed and evaluation task sets, the task source and the policy.
+    """The environment's view, the seed and evaluation task sets, the policy and the task source
+    (``check_source=False``: none, where no GRPO follows).
 
-    The source is built once here only to check ``data.source`` and its options (the loop builds
-    its own; ``check_source=False`` skips it where no GRPO follows). A mistake in any of them
-    raises ``ValueError`` or ``OSError`` naming it before the run writes anything or starts its
-    warm start.
+    A mistake in any of them (``data.source`` and its options included) raises ``ValueError`` or
+    ``OSError`` naming it before the run writes anything or starts its warm start.
     """
     mode = env_mode(cfg.data.env_id)
     seeds = load_tasks(cfg.data.train_split, cfg.data)
     eval_sets = {s: spread(load_tasks(s, cfg.data), cfg.eval.tasks) for s in cfg.eval.splits}
-    if check_source:
-        make_source(cfg.data.source, cfg, seeds, cfg.seed)
-    return RunInputs(mode, seeds, eval_sets, make_policy(cfg.policy, mode))
+    source = make_source(cfg.data.source, cfg, seeds, cfg.seed) if check_source else None
+    return RunInputs(mode, seeds, eval_sets, make_policy(cfg.policy, mode), source)
 
 
 def run_training(cfg: TrainConfig, *, resume: bool = False, inputs: RunInputs | None = None) -> dict[str, Any]:
@@ -177,7 +177,7 @@ def run_training(cfg: TrainConfig, *, resume: bool = False, inputs: RunInputs | 
 
     t_grpo = time.perf_counter()
     loop: LoopResult = grpo_train(cfg, policy, seeds, run_dir=run_dir, accelerator=accelerator, eval_sets=eval_sets,
-                                  resume=resume, demos=demos)
+                                  resume=resume, source=inputs.source, demos=demos)
     grpo_seconds = time.perf_counter() - t_grpo
     with torch_threads(cfg.eval.threads):
         after = evaluate_sets(engine, eval_sets, accelerator, cfg.eval.batch_episodes, policy.model, cfg.eval.samples,

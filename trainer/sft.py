@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -190,6 +190,15 @@ def length_grouped_batches(lengths: Sequence[int], batch_size: int, rng: np.rand
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
+def demo_batches(demos: Sequence[Demo], batch_size: int, rng: np.random.Generator) -> Iterator[list[Demo]]:
+    """Minibatches of ``demos`` without end, epoch after epoch of ``length_grouped_batches``."""
+    lengths = [len(d.transcript) for d in demos]
+    while True:
+        batches = length_grouped_batches(lengths, batch_size, rng)
+        while batches:
+            yield [demos[i] for i in batches.pop()]
+
+
 def warmup_cosine(step: int, warmup: int, total: int) -> float:
     if step < warmup:
         return (step + 1) / warmup
@@ -214,14 +223,11 @@ def train_sft(policy: Policy, demos: Sequence[Demo], cfg: SFTConfig, *, seed: in
     if accelerator is not None:
         model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     device = next(model.parameters()).device
-    rng = np.random.default_rng(seed)
-    batches: list[list[int]] = []
+    draw = demo_batches(demos, cfg.batch_size, np.random.default_rng(seed))
     losses = []
     model.train()
     for step in range(cfg.steps):
-        if not batches:
-            batches = length_grouped_batches([len(d.transcript) for d in demos], cfg.batch_size, rng)
-        batch = [demos[i] for i in batches.pop()]
+        batch = next(draw)
         mine = batch[rank::world]
         ids, attn, amask = pad_right([d.transcript.ids for d in mine], [d.transcript.action_mask for d in mine],
                                      policy.pad_id)

@@ -19,22 +19,18 @@ def run(args: argparse.Namespace) -> int:
     from rods_gym.envs import SPLITS, TASKSETS_DIR
     from rods_gym.envs.build_tasksets import build_all, describe
 
-    from ..env import load_split
+    from ..task import read_jsonl
 
+    directory = args.out or TASKSETS_DIR
     if args.action == "build":
-        for name, tasks in build_all(args.out or TASKSETS_DIR).items():
+        for name, tasks in build_all(directory).items():
             print(f"{name:6s} {describe(tasks)}")
-    elif args.out is not None:
-        from ..task import read_jsonl
-
-        missing = [name for name in SPLITS if not (args.out / f"{name}.jsonl").exists()]
-        if missing:
-            print(f"rods tasksets: error: {args.out} has no {', '.join(m + '.jsonl' for m in missing)}",
-                  file=sys.stderr)
-            return 2
-        for name in SPLITS:
-            print(f"{name:6s} {describe(read_jsonl(args.out / f'{name}.jsonl'))}")
-    else:
-        for name in SPLITS:
-            print(f"{name:6s} {describe(load_split(name))}")
+        return 0
+    missing = [name for name in SPLITS if not (directory / f"{name}.jsonl").exists()]
+    if missing:
+        print(f"rods tasksets: error: {directory} has no {', '.join(m + '.jsonl' for m in missing)}"
+              + ("" if args.out else "; build them with rods tasksets build"), file=sys.stderr)
+        return 2
+    for name in SPLITS:
+        print(f"{name:6s} {describe(read_jsonl(directory / f'{name}.jsonl'))}")
     return 0
