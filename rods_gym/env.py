@@ -46,6 +46,8 @@ class ToolChainEnv(gym.Env):
         reward: optional penalties/bonus (off by default: return = final progress in [0, 1]).
         max_steps: step limit (truncation); default ``8 + 3 * calls + 2 * turns``.
         suite: the domains (default: the built-in suite).
+        slot_ids: ``compact`` view only: ``ordered`` (values numbered in order of appearance) or
+            ``shuffled`` (a permutation of the ids drawn from the env's generator at every reset).
     """
 
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 1}
@@ -53,7 +55,7 @@ class ToolChainEnv(gym.Env):
     def __init__(self, mode: str = "chat", difficulty: str = "medium", task_set: str | Path | Sequence[TaskSpec] | None = None,
                  sampler_config: SamplerConfig | None = None, reward: RewardConfig | None = None,
                  max_steps: int | None = None, suite: Suite | None = None, sampler_seed: int = 0,
-                 render_mode: str | None = None) -> None:
+                 render_mode: str | None = None, slot_ids: str = "ordered") -> None:
         if mode not in RENDERERS:
             raise ValueError(f"unknown mode {mode!r}; choose one of {sorted(RENDERERS)}")
         if sampler_config is None and difficulty not in DIFFICULTIES:
@@ -65,7 +67,12 @@ class ToolChainEnv(gym.Env):
             raise ValueError(f"max_steps must be a positive int (or None: 8 + 3 * calls + 2 * turns), got {max_steps!r}")
         self.suite = suite or default_suite()
         self.mode = mode
-        self.renderer = RENDERERS[mode](self.suite)
+        if mode == "compact":
+            self.renderer = RENDERERS[mode](self.suite, slot_ids=slot_ids)  # type: ignore[call-arg]
+        elif slot_ids != "ordered":
+            raise ValueError(f"slot_ids={slot_ids!r} applies to the compact view only, not {mode!r}")
+        else:
+            self.renderer = RENDERERS[mode](self.suite)
         self.observation_space = self.renderer.observation_space
         self.action_space = self.renderer.action_space
         self.reward_config = reward or RewardConfig()
@@ -148,6 +155,8 @@ class ToolChainEnv(gym.Env):
         self.episode = Episode(task, compiled, state, self.suite.tools, self.suite.checkers, self.suite.executor,
                                self.reward_config, steps)
         self._signature = sig
+        if self.mode == "compact":
+            self.renderer.shuffle_slots(self.np_random)  # type: ignore[attr-defined]
         obs = self.renderer.reset(self.episode)
         info = self._info("none")
         if self.mode == "chat":

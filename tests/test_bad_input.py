@@ -280,6 +280,9 @@ def test_compact_bad_input(transfer_task) -> None:
               params=("account_number",))
     _rejected(env, "call find_account_by_number account_number $" + "9" * 40, "invalid_arguments", "is empty",
               params=("account_number",))
+    for digits in ("\u00b2", "\u0663"):  # str.isdigit() holds for a superscript two and an Arabic-Indic three
+        _rejected(env, f"call find_account_by_number account_number ${digits}", "malformed", "slot tokens like $3",
+                  params=("account_number",))
     _rejected(env, "call find_account_by_number account_number $0 account_number $0", "invalid_arguments", "twice",
               params=("account_number",))
     _rejected(env, "call find_account_by_number no_such_param $63", "invalid_arguments", "slot $63 is empty")
@@ -290,6 +293,24 @@ def test_compact_bad_input(transfer_task) -> None:
     _rejected(env, "x" * 5000, "too_long", "5000 characters")
     _rejected(env, "call transfer_funds from_account_id $0 to_account_id $1 amount $0", "invalid_arguments",
               params=("from_account_id", "to_account_id", "amount"))
+
+
+def test_compact_shuffled_ids_name_their_values(transfer_task) -> None:
+    """With shuffled slot ids an id means the value shown with it; an id no value was shown with is an
+    empty slot, rejected without touching the world."""
+    env = ToolChainEnv(mode="compact", task_set=[transfer_task], slot_ids="shuffled")
+    obs, _ = env.reset(seed=3, options={"task": transfer_task})
+    shown = [w for w in obs.split() if w.startswith("$")]
+    assert shown and shown != ["$0"]  # seed 3's permutation does not start at 0
+    unused = next(f"${k}" for k in range(64) if f"${k}" not in shown)
+    before = world_snapshot(env.episode.state)
+    _rejected(env, f"call find_account_by_number account_number {unused}", "invalid_arguments", "is empty",
+              params=("account_number",))
+    assert world_snapshot(env.episode.state) == before
+    first = env.oracle_action()
+    assert first == f"call find_account_by_number account_number {shown[0]}"
+    _, r, _, _, info = env.step(first)
+    assert info["error"] == "none" and r > 0
 
 
 def test_errors_name_the_parameters_they_concern(transfer_task) -> None:

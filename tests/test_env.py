@@ -299,3 +299,41 @@ def test_slot_table_keeps_stated_facts_and_a_results_own_values() -> None:
         table.add(v, "text", "tool")
     assert table.values[0] == "A" and set(table.values) == {"A", "H", "I", "J"}
     assert all(table.find(v) == k for k, v in enumerate(table.values))
+
+
+
+def _slot_ids_in(text: str) -> list[int]:
+    return [int(w[1:]) for w in text.split() if w.startswith("$") and w[1:].isdigit()]
+
+
+def test_compact_shuffled_slot_ids(easy_tasks) -> None:
+    """``slot_ids="shuffled"``: the ordered view's episode with its ids permuted per reset (seeded),
+    still solved by the oracle."""
+    ordered = ToolChainEnv(mode="compact", task_set=easy_tasks)
+    shuffled = ToolChainEnv(mode="compact", task_set=easy_tasks, slot_ids="shuffled")
+    starts = set()
+    for i, task in enumerate(easy_tasks[:12]):
+        o_obs, _ = ordered.reset(seed=i, options={"task": task})
+        s_obs, _ = shuffled.reset(seed=i, options={"task": task})
+        assert _slot_ids_in(o_obs)[0] == 0  # ordered: the first value shown is $0
+        # the same words, with ordered slot k shown as the permutation's id of k
+        assert [w for w in o_obs.split() if not w.startswith("$")] == [w for w in s_obs.split() if not w.startswith("$")]
+        perm = dict(zip(_slot_ids_in(o_obs), _slot_ids_in(s_obs)))
+        assert len(set(perm.values())) == len(perm)
+        assert all(shuffled.renderer.slot_token(k) == f"${shown}" for k, shown in perm.items())
+        starts.add(tuple(_slot_ids_in(s_obs)))
+        total, info, term, _ = run_oracle(shuffled)
+        assert term and info["success"] and total == pytest.approx(1.0)
+        again, _ = shuffled.reset(seed=i, options={"task": task})
+        assert again == s_obs  # same seed, same permutation
+    assert len(starts) > 1  # the ids change from episode to episode
+
+
+def test_slot_ids_option_is_checked() -> None:
+    with pytest.raises(ValueError, match="unknown slot_ids 'random'"):
+        ToolChainEnv(mode="compact", slot_ids="random")
+    with pytest.raises(ValueError, match="compact view only"):
+        ToolChainEnv(mode="chat", slot_ids="shuffled")
+    check_env(ToolChainEnv(mode="compact", slot_ids="shuffled"), skip_render_check=True)
+    env = gym.make("rods/ToolChain-Compact-v0", slot_ids="shuffled")
+    assert env.unwrapped.renderer.slot_ids == "shuffled"

@@ -10,7 +10,7 @@ import pytest
 
 from rods_gym import ToolChainEnv
 from rods_gym.cli import main
-from rods_gym.commands.play import parse_shorthand
+from rods_gym.commands.play import describe_slots, parse_shorthand
 
 REWARD_LINE = re.compile(r"^reward ([+-]\d+\.\d{3}) \| progress (\d\.\d\d) \| error (\w+)$", re.M)
 
@@ -117,3 +117,10 @@ def test_play_missing_split_is_reported(monkeypatch, capsys, tmp_path) -> None:
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
     assert main(["play", "--split", "dev"]) == 2
     assert "not found" in capsys.readouterr().err
+
+
+def test_describe_slots_shows_the_ids_the_view_shows() -> None:
+    env = ToolChainEnv(mode="compact", difficulty="easy", slot_ids="shuffled")
+    obs, _ = env.reset(seed=2)
+    first = next(w for w in obs.split() if w.startswith("$"))
+    assert f"  {first}=" in "  " + describe_slots(env)[len("slots   "):]

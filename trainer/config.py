@@ -50,6 +50,9 @@ class DataConfig:
     fallback_train_tasks: int = 400
     fallback_eval_tasks: int = 200
     env_max_steps: int | None = None  # None: the env's default (8 + 3 calls + 2 turns)
+    # compact view only: "ordered" numbers values $0, $1, ... in order of appearance; "shuffled"
+    # shows them under a permutation drawn at every reset (ToolChainEnv's slot_ids)
+    slot_ids: str = "ordered"
 
 
 @dataclass(frozen=True)
@@ -190,6 +193,14 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def env_kwargs(cfg: "TrainConfig") -> dict[str, Any]:
+    """``gym.make`` kwargs from ``cfg.data``: only the fields that differ from the env's defaults."""
+    out: dict[str, Any] = {} if cfg.data.env_max_steps is None else {"max_steps": cfg.data.env_max_steps}
+    if cfg.data.slot_ids != "ordered":
+        out["slot_ids"] = cfg.data.slot_ids
+    return out
+
+
 CHOICES = {
     ("grpo", "scale_rewards"): ("group", "none"),
     ("grpo", "aggregation"): ("token", "sequence", "dr_grpo"),
@@ -199,6 +210,7 @@ CHOICES = {
     ("policy", "compact_tokens"): ("words", "pieces"),
     ("sft", "data"): ("seeds", "sampled"),
     ("sft", "autocast"): ("off", "bf16"),
+    ("data", "slot_ids"): ("ordered", "shuffled"),
 }
 
 

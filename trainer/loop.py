@@ -33,7 +33,7 @@ from rods_gym.task import TaskSpec
 
 from .checkpoint import (finish_checkpoint, latest_checkpoint, load_rank_rng, load_trainer_state, refuse_stale_checkpoints,
                          set_global_rng_state, write_rank_rng)
-from .config import TrainConfig
+from .config import TrainConfig, env_kwargs
 from .curricula.arms import DynamicSampling
 from .evaluation import summarize
 from .grpo import (Batch, LossSettings, action_advantages, discounted_return, grpo_loss, group_advantages, make_batch,
@@ -66,10 +66,6 @@ def eval_settings(cfg: TrainConfig) -> RolloutSettings:
     """How evaluation episodes run: as training, but never with the oracle-derived ``turn_slack`` budget
     (an evaluated policy gets the plain ``max_turns`` limit, whatever the training shaping)."""
     return replace(rollout_settings(cfg), turn_slack=None)
-
-
-def env_kwargs(cfg: TrainConfig) -> dict[str, Any]:
-    return {} if cfg.data.env_max_steps is None else {"max_steps": cfg.data.env_max_steps}
 
 
 def lr_lambda(cfg: TrainConfig) -> Callable[[int], float]:

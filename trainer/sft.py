@@ -21,7 +21,7 @@ from rods_gym.episode import ToolCall
 from rods_gym.oracle import oracle_action
 from rods_gym.task import TaskSpec
 
-from .config import SFTConfig, TrainConfig
+from .config import SFTConfig, TrainConfig, env_kwargs
 from .policy import Policy
 from .recovery import slipped_call
 from .rollout import conversation_start, conversation_step
@@ -127,7 +127,7 @@ def demonstration_tasks(cfg: TrainConfig, seeds: Sequence[TaskSpec], mode: str) 
 def demonstrations(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec]) -> list[Demo]:
     """The oracle demonstrations of the warm start's tasks (``sft.data``), as token ids."""
     return make_demonstrations(policy, demonstration_tasks(cfg, seeds, env_mode(cfg.data.env_id)), cfg.data.env_id,
-                               recovery=cfg.sft.recovery, seed=cfg.seed)
+                               env_kwargs(cfg), recovery=cfg.sft.recovery, seed=cfg.seed)
 
 
 def env_mode(env_id: str) -> str:

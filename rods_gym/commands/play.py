@@ -94,7 +94,8 @@ def describe_slots(env: ToolChainEnv) -> str:
     slots = getattr(env.renderer, "slots", None)
     if slots is None or not len(slots):
         return ""
-    return "slots   " + "  ".join(f"${k}={v!r}" for k, v in enumerate(slots.values))
+    token = getattr(env.renderer, "slot_token", lambda k: f"${k}")  # the compact view may shuffle its ids
+    return "slots   " + "  ".join(f"{token(k)}={v!r}" for k, v in enumerate(slots.values))
 
 
 def play(env: ToolChainEnv, seed: int, read: Callable[[str], str] = input,

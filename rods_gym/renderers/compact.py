@@ -10,6 +10,12 @@ Observations::
     user fact email $4 | user enabled get_order | user nothing | user <next turn>
 
 Actions: ``call TOOL param $k ...`` | ``ask`` | ``reply`` | ``reply $k``.
+
+Slot ids: ``slot_ids="ordered"`` (the default) numbers values in order of first appearance
+(``$0`` the first value the user states); ``"shuffled"`` shows each episode's values under a
+random permutation of the ids (drawn by :meth:`shuffle_slots` from the env's seeded
+generator at every reset), so that an id says nothing about where its value appeared and a
+policy has to copy the id it read next to the field it needs.
 A withheld fact shows as ``param ?`` (ask for it); ``from TOOL field`` marks an argument
 that an earlier call reveals. The vocabulary (``vocabulary()``) is closed and built from the
 suite, which is what the embedded tokenizer is made of.
@@ -20,6 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
+import numpy as np
 
 from ..episode import Action, Ask, ERROR_CLASSES, Invalid, Reply, ToolCall
 from ..task import format_value
@@ -32,6 +39,7 @@ if TYPE_CHECKING:
 N_SLOTS = 64
 MAX_ACTION_CHARS = 1024
 MAX_OBS_CHARS = 4000
+SLOT_IDS = ("ordered", "shuffled")
 KEYWORDS = ("tools", "(", ")", "|", "user", ";", "call", "ask", "reply", "ok", "error", "fact", "from", "answer",
             "enabled", "nothing", "results", "[", "]", "?", "$?")
 
@@ -55,8 +63,11 @@ def vocabulary(suite: "Suite") -> list[str]:
 
 
 class CompactRenderer(Renderer):
-    def __init__(self, suite: "Suite") -> None:
+    def __init__(self, suite: "Suite", slot_ids: str = "ordered") -> None:
         super().__init__(suite)
+        if slot_ids not in SLOT_IDS:
+            raise ValueError(f"unknown slot_ids {slot_ids!r}; choose one of {SLOT_IDS}")
+        self.slot_ids = slot_ids
         self._keep_types = frozenset(t for t, vt in suite.types.items() if vt.linkable)
         self.vocab = vocabulary(suite)
         charset = "".join(sorted({ch for w in self.vocab for ch in w} | {" ", "\n"}))
@@ -65,11 +76,26 @@ class CompactRenderer(Renderer):
         self._tokens = frozenset(self.vocab)
         self.slots = SlotTable(N_SLOTS, self._keep_types)
         self.transcript: list[str] = []
+        self._shown = list(range(N_SLOTS))  # slot table index -> the id shown as $id
+        self._index = list(range(N_SLOTS))  # shown id -> slot table index
+
+    def shuffle_slots(self, rng: np.random.Generator) -> None:
+        """With ``slot_ids="shuffled"``, draw the next episode's id permutation from ``rng`` (the env
+        calls this before every :meth:`reset`); with ``"ordered"`` nothing is drawn."""
+        if self.slot_ids == "shuffled":
+            self._shown = [int(k) for k in rng.permutation(N_SLOTS)]
+            self._index = [0] * N_SLOTS
+            for k, shown in enumerate(self._shown):
+                self._index[shown] = k
+
+    def slot_token(self, k: int) -> str:
+        """The token that shows slot table entry ``k``."""
+        return f"${self._shown[k]}"
 
     # -- rendering ---------------------------------------------------------------------
     def _slot(self, value: Any, vtype: str, source: str) -> str:
         k = self.slots.add(value, vtype, source)
-        return "$?" if k is None else f"${k}"
+        return "$?" if k is None else self.slot_token(k)
 
     def _turn_text(self, episode: "Episode", turn: int) -> str:
         task = episode.task
@@ -199,11 +225,12 @@ class CompactRenderer(Renderer):
         return ToolCall(name, args)
 
     def _value(self, token: str) -> Any:
-        if not token.startswith("$") or not token[1:].isdigit():
+        if not token.startswith("$") or not (token[1:].isascii() and token[1:].isdigit()):
             return Invalid("malformed", f"values are slot tokens like $3, got {token[:30]!r}")
-        k = int(token[1:])
+        shown = int(token[1:])
+        k = self._index[shown] if shown < N_SLOTS else shown
         if k >= len(self.slots):
-            return Invalid("invalid_arguments", f"slot ${k} is empty")
+            return Invalid("invalid_arguments", f"slot ${shown} is empty")
         return self.slots.values[k]
 
     def encode(self, action: Action, episode: "Episode") -> str:
@@ -213,7 +240,7 @@ class CompactRenderer(Renderer):
                 k = self.slots.find(v)
                 if k is None:
                     raise ValueError(f"value {v!r} has no slot; the compact view cannot express it")
-                words += [p, f"${k}"]
+                words += [p, self.slot_token(k)]
             return " ".join(words)
         if isinstance(action, Ask):
             return "ask"
@@ -222,7 +249,7 @@ class CompactRenderer(Renderer):
             if episode.task.answer is not None and episode.turn == len(episode.task.turns) - 1:
                 a = episode.task.answer
                 k = self.slots.find_answer(a.value)
-            return "reply" if k is None else f"reply ${k}"
+            return "reply" if k is None else f"reply {self.slot_token(k)}"
         raise ValueError(f"cannot encode {action!r}")
 
     def text(self) -> str:
