@@ -69,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> list[float]:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("overrides", nargs="*", help="config overrides, key=value")
-    args = ap.parse_args(argv)
+    args = ap.parse_intermixed_args(argv)  # overrides may follow the options
     torch.set_num_threads(args.threads)
     try:
         losses = continue_sft(args.policy, args.out, steps=args.steps, lr=args.lr, schedule=args.schedule,
