@@ -34,15 +34,30 @@ METRICS = ("success", "progress")
 
 
 def per_task(policy_dir: str | Path, tasks: Sequence[Any], config: str, samples: int, temperature: float,
-             seed: int) -> dict[str, np.ndarray]:
-    """Per-task greedy and sampled success/progress of one policy: ``{"greedy_success": [n_tasks], ...}``."""
+             seed: int, batch_episodes: int = 0) -> dict[str, np.ndarray]:
+    """Per-task greedy and sampled success/progress of one policy: ``{"greedy_success": [n_tasks], ...}``.
+
+    ``batch_episodes`` > 0 plays about that many episodes at a time (whole tasks' groups), which
+    bounds memory; 0 plays every task's episodes in one batch, as the figures in RESULTS.md were
+    measured (the sampled stream depends on the batching; greedy episodes do not)."""
     engine = eval_engine(policy_dir, config, temperature)
     out: dict[str, np.ndarray] = {}
-    greedy, _ = engine.run(tasks, 1, greedy=True, seed=0)
-    runs = [("greedy", greedy, 1)]
+    generator = torch.Generator().manual_seed(seed)
+
+    def play(repeats: int, greedy: bool) -> list[Any]:
+        per_batch = max(1, batch_episodes // repeats) if batch_episodes > 0 else max(len(tasks), 1)
+        trajs = []
+        for start in range(0, len(tasks), per_batch):
+            chunk, _ = engine.run(tasks[start:start + per_batch], repeats, greedy=greedy, seed=start * repeats,
+                                  generator=None if greedy else generator)
+            for tr in chunk:
+                tr.task_index += start
+            trajs.extend(chunk)
+        return trajs
+
+    runs = [("greedy", play(1, True), 1)]
     if samples > 0:
-        drawn, _ = engine.run(tasks, samples, seed=0, generator=torch.Generator().manual_seed(seed))
-        runs.append(("sampled", drawn, samples))
+        runs.append(("sampled", play(samples, False), samples))
     for name, trajs, k in runs:
         for metric in METRICS:
             values = np.zeros(len(tasks))
@@ -81,14 +96,18 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     add_split_args(ap, samples=4, samples_help="sampled episodes per task (0: greedy only)",
                    out_help="also write the rows as JSON here")
     ap.add_argument("--bootstrap", type=int, default=5000)
-    args = ap.parse_args(argv)
+    ap.add_argument("--batch-episodes", type=int, default=0,
+                    help="play about this many episodes at a time, to bound memory (e.g. 256; a weak policy's 400 x 4 "
+                         "sampled 16-turn episodes in one batch held 5 GB); 0: all in one batch, as RESULTS.md measured")
+    args = ap.parse_intermixed_args(argv)
     if len(args.policies) < 2:
         ap.error("give a base policy and at least one other to compare with it")
-    if args.samples < 0 or args.bootstrap < 1 or args.temperature <= 0:
-        ap.error("--samples must be >= 0, --bootstrap >= 1 and --temperature > 0")
+    if args.samples < 0 or args.bootstrap < 1 or args.temperature <= 0 or args.batch_episodes < 0:
+        ap.error("--samples and --batch-episodes must be >= 0, --bootstrap >= 1 and --temperature > 0")
     torch.set_num_threads(args.threads)
     tasks = split_tasks(args)
-    results = {p: per_task(p, tasks, args.config, args.samples, args.temperature, args.seed) for p in args.policies}
+    results = {p: per_task(p, tasks, args.config, args.samples, args.temperature, args.seed, args.batch_episodes)
+               for p in args.policies}
     rows = compare(results, args.policies[0], args.bootstrap, args.seed)
     print(markdown(rows, args.policies[0], len(tasks), args.samples))
     if args.out:

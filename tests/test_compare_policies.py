@@ -43,6 +43,22 @@ def test_a_policy_against_itself_differs_by_zero_and_another_is_compared_per_tas
     assert "difference = policy -" in capsys.readouterr().out
 
 
+def test_batched_episodes_keep_every_task_in_its_place(cp, tmp_path: Path) -> None:
+    """--batch-episodes plays the tasks a few at a time: greedy figures are those of one batch, task by
+    task, and the sampled ones cover every task (their stream follows the batching)."""
+    tasks = easy_seed_tasks()[:7]
+    write_jsonl(tasks, tmp_path / "tasks.jsonl")
+    a = warm_tiny_policy(tmp_path / "a", sft_steps=30)
+    whole = cp.per_task(a, tasks, "default", 2, 0.7, 0)
+    parts = cp.per_task(a, tasks, "default", 2, 0.7, 0, batch_episodes=4)  # 2 tasks x 2 samples per batch
+    assert whole["greedy_progress"].any()  # the check below compares something
+    assert list(parts["greedy_success"]) == list(whole["greedy_success"])
+    assert parts["greedy_progress"] == pytest.approx(whole["greedy_progress"])
+    assert parts["sampled_progress"].shape == (7,) and ((0 <= parts["sampled_progress"]) & (parts["sampled_progress"] <= 1)).all()
+    with pytest.raises(SystemExit):
+        cp.main([str(a), str(a), "--batch-episodes", "-1"])
+
+
 def test_identical_per_task_figures_give_a_zero_interval(cp) -> None:
     import numpy as np
 
