@@ -58,6 +58,10 @@ def test_shipped_configs_load_and_overrides_apply() -> None:
     chat = load_config("chat_tiny")
     assert "Chat" in chat.data.env_id and chat.policy.max_positions >= 4096
     assert load_config("qwen_chat").policy.model.startswith("Qwen/")
+    seeds, default = load_config("seeds"), load_config("default")  # the data-limited job: default's, but its warm start
+    assert (seeds.sft.data, seeds.sft.demos, seeds.sft.steps, seeds.run_dir) == ("seeds", 400, 300, "runs/seeds")
+    assert (seeds.grpo, seeds.rollout, seeds.policy, seeds.data) == (default.grpo, default.rollout, default.policy,
+                                                                     default.data)
     assert parse_overrides(["a.b=3", "c=x"]) == {"a": {"b": 3}, "c": "x"}
 
 
