@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from collections import OrderedDict
 from pathlib import Path
 from numbers import Integral
@@ -18,6 +19,12 @@ from .signature import compute_signature
 from .suite import Suite, default_suite
 from .task import TaskSpec, read_jsonl
 from .world import WorldState
+
+
+def task_generator(task: TaskSpec) -> np.random.Generator:
+    """A generator seeded by the task alone (its id and world seed): draws that belong to the task's
+    rendering, the same in every episode of it whatever the env's seed."""
+    return np.random.default_rng([int(task.world_seed) % 2**63, zlib.crc32(task.id.encode("utf-8"))])
 
 TASK_CACHE = 4096
 
@@ -47,7 +54,8 @@ class ToolChainEnv(gym.Env):
         max_steps: step limit (truncation); default ``8 + 3 * calls + 2 * turns``.
         suite: the domains (default: the built-in suite).
         slot_ids: ``compact`` view only: ``ordered`` (values numbered in order of appearance) or
-            ``shuffled`` (a permutation of the ids drawn from the env's generator at every reset).
+            ``shuffled`` (the ids under a permutation drawn from a generator seeded by the task, as its
+            world is: every episode of a task, a GRPO group or a replayed branch, shows the same ids).
     """
 
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 1}
@@ -155,8 +163,8 @@ class ToolChainEnv(gym.Env):
         self.episode = Episode(task, compiled, state, self.suite.tools, self.suite.checkers, self.suite.executor,
                                self.reward_config, steps)
         self._signature = sig
-        if self.mode == "compact":
-            self.renderer.shuffle_slots(self.np_random)  # type: ignore[attr-defined]
+        if self.mode == "compact":  # like the world, the ids follow from the task: every episode of it shows the same
+            self.renderer.shuffle_slots(task_generator(task))  # type: ignore[attr-defined]
         obs = self.renderer.reset(self.episode)
         info = self._info("none")
         if self.mode == "chat":

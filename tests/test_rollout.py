@@ -204,3 +204,20 @@ def test_branches_must_match_their_tasks(compact_policy, easy_tasks) -> None:
     # without env_options, a branch replays in those of the episode it came from (here none), and None is a plain episode
     conts, _ = engine.run([branch.task, other], 1, branches=[branch, None], generator=torch.Generator().manual_seed(5))
     assert conts[0].prefix is branch and conts[0].env_options == dict(branch.env_options) and conts[1].prefix is None
+
+
+def test_shuffled_slot_ids_keep_a_groups_prompt_and_replay_branches(compact_policy, easy_tasks) -> None:
+    """With ``slot_ids="shuffled"`` the ids follow from the task: the G episodes of a group (each its
+    own env seed) share their first observation, and a branch replays in a fresh episode."""
+    engine = RolloutEngine(compact_policy, "rods/ToolChain-Compact-v0", RolloutSettings(max_action_tokens=4, max_turns=6),
+                           {"slot_ids": "shuffled"})
+    trajs, _ = engine.run(easy_tasks[:4], 3, generator=torch.Generator().manual_seed(3))
+    for g in range(4):
+        group = trajs[3 * g: 3 * g + 3]
+        starts = {tuple(t.transcript.ids[: t.action_spans[0][0]]) for t in group}
+        assert len(starts) == 1
+    assert len({tuple(t.transcript.ids[:40]) for t in trajs[::3]}) > 1  # tasks differ
+    branch = next(b for b in (branch_after_first_rejection(t, engine.action_budget(t.task)) for t in trajs) if b)
+    conts, _ = engine.run([branch.task], 2, branches=[branch], env_options=[branch.env_options], seed=17,
+                          generator=torch.Generator().manual_seed(4))
+    assert all(c.transcript.ids[: len(branch.ids)] == list(branch.ids) for c in conts)

@@ -6,7 +6,9 @@ demonstration with a slip first shows a call with one argument holding a neighbo
 the episode's slot table (the slot a small policy that finds values by position picks by mistake;
 most such slips fail the parameter's type check, some name an entity that does not exist), then
 the environment's rejection, then the oracle's call. The slip and the rejection are context (no
-loss); the oracle's call after them is what the policy imitates.
+loss); the oracle's call after them is what the policy imitates. Neighbours are taken in the slot
+table's order (order of appearance), which is the shown ids' order in the compact view's default
+``slot_ids="ordered"``, not under ``"shuffled"``.
 """
 
 from __future__ import annotations

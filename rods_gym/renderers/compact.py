@@ -13,9 +13,9 @@ Actions: ``call TOOL param $k ...`` | ``ask`` | ``reply`` | ``reply $k``.
 
 Slot ids: ``slot_ids="ordered"`` (the default) numbers values in order of first appearance
 (``$0`` the first value the user states); ``"shuffled"`` shows each episode's values under a
-random permutation of the ids (drawn by :meth:`shuffle_slots` from the env's seeded
-generator at every reset), so that an id says nothing about where its value appeared and a
-policy has to copy the id it read next to the field it needs.
+random permutation of the ids (drawn by :meth:`shuffle_slots` from a generator the env
+seeds with the task, so every episode of a task shows the same ids), so that an id says nothing
+about where its value appeared and a policy has to copy the id it read next to the field it needs.
 A withheld fact shows as ``param ?`` (ask for it); ``from TOOL field`` marks an argument
 that an earlier call reveals. The vocabulary (``vocabulary()``) is closed and built from the
 suite, which is what the embedded tokenizer is made of.
