@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from rods_gym.trainer.config import load_config
 from rods_gym.trainer.loop import env_kwargs, eval_settings
@@ -15,12 +15,14 @@ from rods_gym.trainer.tasks import load_tasks
 
 
 def add_split_args(ap: argparse.ArgumentParser, *, samples: int, samples_help: str, out_help: str) -> None:
-    """--split --tasks --samples --temperature --config --seed --threads --out."""
+    """--split --tasks --samples --temperature --config --set --seed --threads --out."""
     ap.add_argument("--split", default="test", help="a task split name or a JSONL path")
     ap.add_argument("--tasks", type=int, default=0, help="first N tasks of the split (0: all)")
     ap.add_argument("--samples", type=int, default=samples, help=samples_help)
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--config", default="default", help="training config whose environment and limits to use")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config override, as in rods train (e.g. --set data.slot_ids=shuffled); repeatable")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", help=out_help)
@@ -28,11 +30,12 @@ def add_split_args(ap: argparse.ArgumentParser, *, samples: int, samples_help: s
 
 def split_tasks(args: argparse.Namespace) -> list[Any]:
     """The first ``--tasks`` tasks of ``--split`` (all with 0), resolved through ``--config``'s data settings."""
-    tasks = load_tasks(args.split, load_config(args.config).data)
+    tasks = load_tasks(args.split, load_config(args.config, list(args.set)).data)
     return tasks[: args.tasks] if args.tasks else tasks
 
 
-def eval_engine(policy_dir: str | Path, config: str, temperature: float) -> RolloutEngine:
-    """A rollout engine for a saved policy in ``config``'s evaluation environment and limits, sampling at ``temperature``."""
-    cfg = load_config(config, [f"rollout.temperature={temperature}"])
+def eval_engine(policy_dir: str | Path, config: str, temperature: float, overrides: Sequence[str] = ()) -> RolloutEngine:
+    """A rollout engine for a saved policy in ``config``'s evaluation environment and limits (with
+    ``overrides``), sampling at ``temperature``."""
+    cfg = load_config(config, [*overrides, f"rollout.temperature={temperature}"])
     return RolloutEngine(load_policy(policy_dir), cfg.data.env_id, eval_settings(cfg), env_kwargs(cfg))

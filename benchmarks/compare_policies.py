@@ -34,13 +34,13 @@ METRICS = ("success", "progress")
 
 
 def per_task(policy_dir: str | Path, tasks: Sequence[Any], config: str, samples: int, temperature: float,
-             seed: int, batch_episodes: int = 0) -> dict[str, np.ndarray]:
+             seed: int, batch_episodes: int = 0, overrides: Sequence[str] = ()) -> dict[str, np.ndarray]:
     """Per-task greedy and sampled success/progress of one policy: ``{"greedy_success": [n_tasks], ...}``.
 
     ``batch_episodes`` > 0 plays about that many episodes at a time (whole tasks' groups), which
     bounds memory; 0 plays every task's episodes in one batch, as the figures in RESULTS.md were
     measured (the sampled stream depends on the batching; greedy episodes do not)."""
-    engine = eval_engine(policy_dir, config, temperature)
+    engine = eval_engine(policy_dir, config, temperature, overrides)
     out: dict[str, np.ndarray] = {}
     generator = torch.Generator().manual_seed(seed)
 
@@ -106,8 +106,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         ap.error("--samples and --batch-episodes must be >= 0, --bootstrap >= 1 and --temperature > 0")
     torch.set_num_threads(args.threads)
     tasks = split_tasks(args)
-    results = {p: per_task(p, tasks, args.config, args.samples, args.temperature, args.seed, args.batch_episodes)
-               for p in args.policies}
+    results = {p: per_task(p, tasks, args.config, args.samples, args.temperature, args.seed, args.batch_episodes,
+                           args.set) for p in args.policies}
     rows = compare(results, args.policies[0], args.bootstrap, args.seed)
     print(markdown(rows, args.policies[0], len(tasks), args.samples))
     if args.out:

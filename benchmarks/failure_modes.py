@@ -71,9 +71,9 @@ def action_texts(engine: RolloutEngine, tr: Trajectory) -> list[str]:
 
 
 def analyse(policy_dir: str | Path, tasks: Sequence[Any], *, config: str = "default", samples: int = 8,
-            temperature: float = 0.7, seed: int = 0) -> dict[str, Any]:
+            temperature: float = 0.7, seed: int = 0, overrides: Sequence[str] = ()) -> dict[str, Any]:
     """Outcome shares, next-action counts after rejections and recovery figures of one policy."""
-    engine = eval_engine(policy_dir, config, temperature)
+    engine = eval_engine(policy_dir, config, temperature, overrides)
     if engine.mode != "compact":
         raise ValueError(f"{engine.env_id} uses the {engine.mode} view; this analysis reads compact actions "
                          "(call TOOL ... / ask / reply)")
@@ -130,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     torch.set_num_threads(args.threads)
     tasks = split_tasks(args)
     reports = [analyse(p, tasks, config=args.config, samples=args.samples, temperature=args.temperature,
-                       seed=args.seed) for p in args.policies]
+                       seed=args.seed, overrides=args.set) for p in args.policies]
     print(markdown(reports, args.temperature))
     if args.out:
         Path(args.out).write_text(json.dumps(reports, indent=2))

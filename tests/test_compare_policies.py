@@ -59,6 +59,19 @@ def test_batched_episodes_keep_every_task_in_its_place(cp, tmp_path: Path) -> No
         cp.main([str(a), str(a), "--batch-episodes", "-1"])
 
 
+def test_config_overrides_reach_the_evaluation_environment(cp, tmp_path: Path) -> None:
+    tasks = easy_seed_tasks()[:3]
+    write_jsonl(tasks, tmp_path / "tasks.jsonl")
+    a = warm_tiny_policy(tmp_path / "a", sft_steps=2)
+    assert cp.eval_engine(a, "default", 0.7, ["data.slot_ids=shuffled"]).env_kwargs == {"slot_ids": "shuffled"}
+    assert cp.eval_engine(a, "default", 0.7).env_kwargs == {}
+    rows = cp.main([str(a), str(a), "--split", str(tmp_path / "tasks.jsonl"), "--samples", "0", "--bootstrap", "10",
+                    "--set", "data.slot_ids=shuffled", "--set", "rollout.max_turns=3"])
+    assert {r["figure"] for r in rows} == {"greedy_success", "greedy_progress"}
+    with pytest.raises(ValueError, match="lrr"):
+        cp.main([str(a), str(a), "--split", str(tmp_path / "tasks.jsonl"), "--set", "grpo.lrr=1"])
+
+
 def test_identical_per_task_figures_give_a_zero_interval(cp) -> None:
     import numpy as np
 
