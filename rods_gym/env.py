@@ -20,13 +20,13 @@ from .suite import Suite, default_suite
 from .task import TaskSpec, read_jsonl
 from .world import WorldState
 
+TASK_CACHE = 4096
+
 
 def task_generator(task: TaskSpec) -> np.random.Generator:
     """A generator seeded by the task alone (its id and world seed): draws that belong to the task's
     rendering, the same in every episode of it whatever the env's seed."""
     return np.random.default_rng([int(task.world_seed) % 2**63, zlib.crc32(task.id.encode("utf-8"))])
-
-TASK_CACHE = 4096
 
 
 def load_split(split: str) -> list[TaskSpec]:
@@ -163,7 +163,7 @@ class ToolChainEnv(gym.Env):
         self.episode = Episode(task, compiled, state, self.suite.tools, self.suite.checkers, self.suite.executor,
                                self.reward_config, steps)
         self._signature = sig
-        if self.mode == "compact":  # like the world, the ids follow from the task: every episode of it shows the same
+        if getattr(self.renderer, "slot_ids", "ordered") == "shuffled":  # like the world, the ids follow from the task
             self.renderer.shuffle_slots(task_generator(task))  # type: ignore[attr-defined]
         obs = self.renderer.reset(self.episode)
         info = self._info("none")

@@ -51,7 +51,7 @@ class DataConfig:
     fallback_eval_tasks: int = 200
     env_max_steps: int | None = None  # None: the env's default (8 + 3 calls + 2 turns)
     # compact view only: "ordered" numbers values $0, $1, ... in order of appearance; "shuffled"
-    # shows them under a permutation drawn at every reset (ToolChainEnv's slot_ids)
+    # shows them under a permutation seeded by the task (ToolChainEnv's slot_ids)
     slot_ids: str = "ordered"
 
 

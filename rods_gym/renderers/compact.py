@@ -80,13 +80,12 @@ class CompactRenderer(Renderer):
         self._index = list(range(N_SLOTS))  # shown id -> slot table index
 
     def shuffle_slots(self, rng: np.random.Generator) -> None:
-        """With ``slot_ids="shuffled"``, draw the next episode's id permutation from ``rng`` (the env
-        calls this before every :meth:`reset`); with ``"ordered"`` nothing is drawn."""
-        if self.slot_ids == "shuffled":
-            self._shown = [int(k) for k in rng.permutation(N_SLOTS)]
-            self._index = [0] * N_SLOTS
-            for k, shown in enumerate(self._shown):
-                self._index[shown] = k
+        """Draw the next episode's id permutation from ``rng``: with ``slot_ids="shuffled"`` the env
+        calls this before every :meth:`reset`; ``"ordered"`` keeps the identity."""
+        self._shown = [int(k) for k in rng.permutation(N_SLOTS)]
+        self._index = [0] * N_SLOTS
+        for k, shown in enumerate(self._shown):
+            self._index[shown] = k
 
     def slot_token(self, k: int) -> str:
         """The token that shows slot table entry ``k``."""
