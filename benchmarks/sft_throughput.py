@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from rods_gym.envs.build_tasksets import demonstration_tasks
-from rods_gym.trainer.config import load_config
+from rods_gym.trainer.config import env_kwargs, load_config
 from rods_gym.trainer.policy import make_policy
 from rods_gym.trainer.sft import Demo, demo_batches, make_demonstrations, pad_right, sft_loss
 
@@ -68,7 +68,7 @@ def run(scale: str, config: str = "default", threads: int | None = None) -> dict
     torch.set_num_threads(n_threads)
     policy = make_policy(cfg.policy, "compact")
     tasks = demonstration_tasks(s["demos"], seed=cfg.sft.data_seed, view="compact")
-    demos = make_demonstrations(policy, tasks, cfg.data.env_id)
+    demos = make_demonstrations(policy, tasks, cfg.data.env_id, env_kwargs(cfg))
     batches = batches_of(demos, cfg.sft.batch_size, s["steps"], policy.pad_id, seed=cfg.seed)
     tokens = sum(int(b[0].numel()) for b in batches)
     model = policy.model

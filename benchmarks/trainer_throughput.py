@@ -46,7 +46,7 @@ import numpy as np
 import torch
 
 from rods_gym.task import TaskSpec
-from rods_gym.trainer.config import TrainConfig, load_config
+from rods_gym.trainer.config import TrainConfig, env_kwargs, load_config
 from rods_gym.trainer.loop import grpo_train
 from rods_gym.trainer.pipeline import make_accelerator
 from rods_gym.trainer.policy import Policy, load_policy, make_policy, save_policy
@@ -101,7 +101,7 @@ def warm_policy(cfg: TrainConfig, seeds: Sequence[TaskSpec], sft_steps: int) -> 
     """The default tiny policy, optionally warm-started by ``sft_steps`` of SFT on the oracle's demonstrations."""
     policy = make_policy(cfg.policy, "compact")
     if sft_steps > 0:
-        demos = make_demonstrations(policy, seeds, cfg.data.env_id)
+        demos = make_demonstrations(policy, seeds, cfg.data.env_id, env_kwargs(cfg))
         train_sft(policy, demos, dataclasses.replace(cfg.sft, steps=sft_steps), seed=cfg.seed)
     return policy
 
@@ -178,7 +178,7 @@ def _trl_steps(cfg: TrainConfig, policy_dir: Path, seeds: Sequence[TaskSpec], ou
     torch.set_num_threads(1)
     r, g = cfg.rollout, cfg.grpo
     policy = load_policy(policy_dir, dtype=cfg.policy.dtype)
-    env = gym.make(cfg.data.env_id)
+    env = gym.make(cfg.data.env_id, **env_kwargs(cfg))
     rows = []
     for i, t in enumerate(seeds):
         obs, _ = env.reset(options={"task": t})
@@ -361,7 +361,7 @@ def run_benchmark(scale_name: str, *, config: str = "default", loss: str = "toke
             multi_summary = summarize(our_steps(mcfg, policy_dir, seeds, tmp_path / "multi", scale.warmup))
 
         single = single_turn_config(scale, config, loss)
-        check_same_prompts(policy, single.data.env_id, prompts)
+        check_same_prompts(policy, single.data.env_id, prompts, env_kwargs(single))
         runs: dict[str, list[dict[str, float]]] = {"ours": [], "trl": []}
         per_round: list[tuple[str, float]] = []
         order = ["ours", "trl"] if version else ["ours"]
@@ -380,9 +380,10 @@ def run_benchmark(scale_name: str, *, config: str = "default", loss: str = "toke
                   trl_note, policy.name, n_params, sft_steps, warm_s, per_round, load_start)
 
 
-def check_same_prompts(policy: Policy, env_id: str, tasks: Sequence[TaskSpec]) -> None:
+def check_same_prompts(policy: Policy, env_id: str, tasks: Sequence[TaskSpec],
+                       kwargs: dict[str, Any] | None = None) -> None:
     """Our rollout's prompt ids must equal what TRL's ``apply_chat_template`` makes of the same observation."""
-    codec, env = ChatCodec(policy), gym.make(env_id)
+    codec, env = ChatCodec(policy), gym.make(env_id, **(kwargs or {}))
     for t in tasks:
         obs, _ = env.reset(options={"task": t})
         conv = [{"role": "user", "content": obs}]

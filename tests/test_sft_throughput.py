@@ -44,3 +44,22 @@ def test_batches_follow_the_length_grouped_draw(st: Any) -> None:
     order = length_grouped_batches(lengths, 4, np.random.default_rng(3))
     expected = [order.pop() for _ in range(3)]
     assert [int(b[1].sum()) for b in got] == [sum(lengths[i] for i in idx) for idx in expected]
+
+
+def test_demonstrations_use_the_configs_environment(st: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A config with non-default env settings (shuffled slot ids, a step limit) is benchmarked in that environment."""
+    cfg = tmp_path / "shuffled.yaml"
+    cfg.write_text("base: default\nname: shuffled\ndata:\n  slot_ids: shuffled\n  env_max_steps: 12\n")
+    seen: list[Any] = []
+
+    class Stop(Exception):
+        pass
+
+    def record(policy: Any, tasks: Any, env_id: str, env_kwargs: Any = None, **_: Any) -> Any:
+        seen.append(dict(env_kwargs or {}))
+        raise Stop
+
+    monkeypatch.setattr(st, "make_demonstrations", record)
+    with pytest.raises(Stop):
+        st.run("smoke", config=str(cfg), threads=1)
+    assert seen == [{"slot_ids": "shuffled", "max_steps": 12}]

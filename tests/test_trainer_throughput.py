@@ -95,3 +95,27 @@ def test_smoke_scale_measures_both_trainers_on_the_same_workload(tt) -> None:
     assert rep.round_ratios() == [pytest.approx(rep.per_round[0][1] / rep.per_round[1][1])]
     assert rep.round_ratios()[0] == pytest.approx(rep.ratios["total"])
     assert f"**ours/TRL total throughput: {rep.ratios['total']:.2f}x**" in text
+
+
+def test_warm_start_and_prompt_check_use_the_configs_environment(tt, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Non-default env settings of the config (shuffled slot ids, a step limit) reach the benchmark's environments."""
+    from rods_gym.trainer.config import env_kwargs, load_config
+    from rods_gym.trainer.tasks import load_tasks
+
+    cfg = load_config("default", ["data.slot_ids=shuffled", "data.env_max_steps=12", "policy.num_layers=1"])
+    seen: list[Any] = []
+
+    def record(policy: Any, tasks: Any, env_id: str, env_kwargs: Any = None, **_: Any) -> list:
+        seen.append(dict(env_kwargs or {}))
+        return []
+
+    monkeypatch.setattr(tt, "make_demonstrations", record)
+    monkeypatch.setattr(tt, "train_sft", lambda *a, **k: [])
+    seeds = load_tasks(cfg.data.train_split, cfg.data)[:3]
+    policy = tt.warm_policy(cfg, seeds, sft_steps=1)
+    assert seen == [{"slot_ids": "shuffled", "max_steps": 12}]
+    made: list[Any] = []
+    real_make = tt.gym.make
+    monkeypatch.setattr(tt.gym, "make", lambda env_id, **kw: made.append(kw) or real_make(env_id, **kw))
+    tt.check_same_prompts(policy, cfg.data.env_id, seeds, env_kwargs(cfg))
+    assert made == [{"slot_ids": "shuffled", "max_steps": 12}]
