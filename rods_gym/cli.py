@@ -31,9 +31,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """``parser.parse_args``, except that bare ``KEY=VALUE`` overrides may also follow options
+    (``rods train steps=2 --run-dir X sft.steps=2``): argparse ends a positional list at the first
+    option, so what is left over joins the command's ``extra`` overrides, in order. Anything else
+    left over is an error, as with ``parse_args``."""
+    args, rest = parser.parse_known_args(argv)
+    if rest:
+        bare = [a for a in rest if "=" in a and not a.startswith("-")]
+        if len(bare) != len(rest) or not isinstance(getattr(args, "extra", None), list):
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        args.extra = [*args.extra, *bare]
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

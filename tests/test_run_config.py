@@ -54,6 +54,37 @@ def test_mistakes_are_caught_when_the_config_loads() -> None:
         load_config(None, ["rollout.group_size=1"])
     with pytest.raises(ValueError, match="eval.threads"):
         load_config(None, ["eval.threads=-1"])
+    for override, words in (("log_every=0", "log_every must be >= 1"),
+                            ("sft.steps=0", "sft.steps must be >= 1 while sft.enabled"),
+                            ("grpo.max_grad_norm=-1", "grpo.max_grad_norm must be > 0"),
+                            ("sft.max_grad_norm=0", "sft.max_grad_norm must be > 0"),
+                            ("grpo.beta=-1", "grpo.beta must be >= 0"),
+                            ("grpo.warmup_steps=-3", "grpo.warmup_steps must be >= 0"),
+                            ("grpo.lr=-1e-4", "grpo.lr must be >= 0"),
+                            ("rollout.turn_slack=-5", "rollout.turn_slack must be >= 0 or null")):
+        with pytest.raises(ValueError, match=words):
+            load_config(None, [override])
+    assert load_config(None, ["sft.steps=0", "sft.enabled=false"]).sft.steps == 0  # no warm start: no steps needed
+
+
+def test_bare_overrides_may_follow_options_and_a_new_name_moves_the_run(capsys) -> None:
+    from rods_gym.cli import parse_args
+
+    args = parse_args(build_parser(), ["train", "steps=2", "--run-dir", "/tmp/x", "sft.steps=3", "--set", "seed=4",
+                                       "eval.tasks=5"])
+    cfg = load_from_args(args)
+    assert (cfg.steps, cfg.sft.steps, cfg.seed, cfg.eval.tasks, cfg.run_dir) == (2, 3, 4, 5, "/tmp/x")
+    with pytest.raises(SystemExit):  # a stray word is still an error, naming it
+        parse_args(build_parser(), ["train", "steps=2", "--run-dir", "/tmp/x", "oops"])
+    assert "unrecognized arguments: oops" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a command without overrides takes none
+        parse_args(build_parser(), ["skills", "a=1"])
+    capsys.readouterr()
+    # name= on the command line moves the default run directory with it; an explicit run_dir wins
+    assert load_config("default", ["name=foo"]).run_dir == "runs/foo"
+    assert load_config("default", ["name=foo", "run_dir=/tmp/y"]).run_dir == "/tmp/y"
+    assert load_config("seeds", ["name=bar"]).run_dir == "runs/bar"
+    assert load_config(None, ["name=baz"]).run_dir == "runs/baz"
 
 
 def test_the_cli_reports_a_config_mistake_in_one_line(capsys) -> None:
@@ -154,6 +185,49 @@ def test_a_new_run_refuses_an_earlier_runs_checkpoints(tmp_path: Path, capsys) -
     assert "earlier run" in capsys.readouterr().err
 
 
+def test_the_launch_is_checked_before_any_work(tmp_path: Path, capsys, monkeypatch) -> None:
+    """Under 2 processes (WORLD_SIZE, as accelerate launch sets it) a step's tasks must split evenly, and a
+    checkpoint resumes only under as many processes as wrote it; both in one line, before the warm start."""
+    run = tmp_path / "run"
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for argv, words in ((["train", "rollout.tasks_per_step=3"], "tasks_per_step=3 must be divisible by the number "
+                                                               "of processes (2)"),):
+        with pytest.raises(SystemExit) as exit_info:
+            main([*argv, "--run-dir", str(run)])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and words in err and len(err.strip().splitlines()) == 1, err
+        assert not run.exists()
+    _fake_checkpoint(run, 4)
+    torch.save({}, run / "checkpoints" / "step-000004" / "rng-rank0.pt")  # written by one process
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--run-dir", str(run), "--resume"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "written by 1 process(es); resume it with 1 (this run has 2)" in err, err
+    assert not (run / "sft_policy").exists() and not (run / "config.yaml").exists()
+
+
+def test_sft_refuses_to_replace_the_warm_start_of_a_grpo_run(tmp_path: Path, capsys) -> None:
+    run = tmp_path / "run"
+    _fake_checkpoint(run, 25)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sft", "--run-dir", str(run)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "holds a GRPO run (latest checkpoint: step-000025)" in err, err
+    assert not (run / "sft_policy").exists() and not (run / "config.yaml").exists()
+
+
+def test_a_saved_evaluation_is_reused_only_for_the_same_tasks_and_samples() -> None:
+    from rods_gym.trainer.pipeline import same_evaluation
+
+    tasks = {"test": [object()] * 4}
+    saved = {"test": {"episodes": 4, "success": 0.5, "sampled": {"samples": 2, "episodes": 8}}}
+    assert same_evaluation(saved, tasks, 2)
+    assert not same_evaluation(saved, tasks, 0)  # eval.samples changed
+    assert not same_evaluation(saved, {"test": [object()] * 12}, 2)  # eval.tasks changed
+    assert not same_evaluation(saved, {**tasks, "dev": [object()] * 4}, 2)  # eval.splits changed
+    assert same_evaluation({"test": {"episodes": 4}}, tasks, 0)
+
+
 def test_paths_splits_and_envs_that_do_not_exist_are_named(tmp_path: Path, monkeypatch, capsys) -> None:
     for missing in (tmp_path / "nope", str(tmp_path / "nope"), "runs/x/sft_policy", "./nope", "~/rods-gym-no-such-dir"):
         with pytest.raises(FileNotFoundError, match="no such directory"):
@@ -178,7 +252,7 @@ def test_paths_splits_and_envs_that_do_not_exist_are_named(tmp_path: Path, monke
         env_mode("CartPole-v1")
 
 
-def test_evaluate_finds_a_runs_latest_policy(tmp_path: Path, capsys) -> None:
+def test_evaluate_finds_a_runs_latest_policy(tmp_path: Path, capsys, monkeypatch) -> None:
     from rods_gym.trainer.commands import run_policy
     from rods_gym.trainer.config import PolicyConfig
     from rods_gym.trainer.policy import build_tiny_policy, save_policy
@@ -197,8 +271,23 @@ def test_evaluate_finds_a_runs_latest_policy(tmp_path: Path, capsys) -> None:
     captured = capsys.readouterr()
     assert f"evaluating {run / 'checkpoints' / 'step-000003' / 'policy'}" in captured.err
     assert captured.out.startswith("dev ") and "(2 tasks)" in captured.out
-    # a run trained in another view is evaluated in that view unless --env says otherwise
-    save_config(load_config("default", [f"run_dir={run}", "data.env_id=rods/ToolChain-Easy-Compact-v0"]),
+    # a run is evaluated with its own config: its environment, env settings and limits, unless overridden
+    save_config(load_config("default", [f"run_dir={run}", "data.env_id=rods/ToolChain-Easy-Compact-v0",
+                                        "data.slot_ids=shuffled", "data.env_max_steps=9", "rollout.max_turns=3"]),
                 run / "config.yaml")
+    import rods_gym.trainer.evaluation as evaluation
+
+    seen: list = []
+    real = evaluation.evaluate
+
+    def spy(policy, tasks, env_id, **kw):
+        seen.append((env_id, kw["env_kwargs"], kw["settings"].max_turns))
+        return real(policy, tasks, env_id, **kw)
+
+    monkeypatch.setattr(evaluation, "evaluate", spy)
     assert main(["evaluate", "--run-dir", str(run), "--tasks", "2", "--splits", "dev"]) == 0
-    assert "in rods/ToolChain-Easy-Compact-v0, the run's environment" in capsys.readouterr().err
+    assert "in rods/ToolChain-Easy-Compact-v0 with the run's config" in capsys.readouterr().err
+    assert seen == [("rods/ToolChain-Easy-Compact-v0", {"max_steps": 9, "slot_ids": "shuffled"}, 3)]
+    assert main(["evaluate", "--run-dir", str(run), "--tasks", "2", "--splits", "dev", "rollout.max_turns=2",
+                 "--env", "rods/ToolChain-Compact-v0"]) == 0
+    assert seen[-1] == ("rods/ToolChain-Compact-v0", {"max_steps": 9, "slot_ids": "shuffled"}, 2)

@@ -105,3 +105,41 @@ def test_sft_in_bf16_autocast_learns_and_keeps_fp32_weights(easy_tasks) -> None:
     after = evaluate(bf16, tasks, "rods/ToolChain-Compact-v0", settings=RolloutSettings(max_action_tokens=10,
                                                                                          max_turns=4))
     assert losses[-1] < 0.2 * losses[0] and after["success"] >= 0.75
+
+
+def test_a_killed_warm_start_resumes_from_its_checkpoint_to_the_same_weights(easy_tasks, tmp_path) -> None:
+    from rods_gym.trainer.sft import load_sft_checkpoint
+
+    tasks = easy_tasks[:12]
+    cfg = SFTConfig(steps=7, batch_size=4, lr=3e-3, warmup_steps=2, checkpoint_every=3)
+    full = build_tiny_policy(TINY, "compact")
+    demos = make_demonstrations(full, tasks, "rods/ToolChain-Compact-v0")
+    full_losses = train_sft(full, demos, cfg, seed=1, checkpoint_dir=tmp_path / "full")
+    assert load_sft_checkpoint(tmp_path / "full")["step"] == 6  # the last one before the end
+
+    class Killed(Exception):
+        pass
+
+    def die_in_step_5(step: int, loss: float) -> None:
+        if step == 4:
+            raise Killed
+
+    killed = build_tiny_policy(TINY, "compact")
+    with pytest.raises(Killed):
+        train_sft(killed, demos, cfg, seed=1, checkpoint_dir=tmp_path / "run", on_step=die_in_step_5)
+    assert load_sft_checkpoint(tmp_path / "run")["step"] == 3
+    resumed = build_tiny_policy(TINY, "compact")  # a fresh process: initial weights, the checkpoint on disk
+    steps_seen: list[int] = []
+    losses = train_sft(resumed, demos, cfg, seed=1, checkpoint_dir=tmp_path / "run",
+                       on_step=lambda step, loss: steps_seen.append(step))
+    assert steps_seen == [3, 4, 5, 6] and losses == pytest.approx(full_losses, abs=1e-6)
+    for a, b in zip(full.model.parameters(), resumed.model.parameters()):
+        assert torch.allclose(a, b, atol=1e-6)
+    # the comparison can fail: another seed draws other batches
+    other = build_tiny_policy(TINY, "compact")
+    train_sft(other, demos, cfg, seed=2)
+    assert any(not torch.allclose(a, b) for a, b in zip(full.model.parameters(), other.model.parameters()))
+    # a checkpoint of another warm start is refused, naming what differs
+    with pytest.raises(ValueError, match="belongs to another warm start .*steps 7.*this one: 9"):
+        train_sft(build_tiny_policy(TINY, "compact"), demos, replace(cfg, steps=9), seed=1,
+                  checkpoint_dir=tmp_path / "run")

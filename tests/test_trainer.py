@@ -258,10 +258,21 @@ def test_pipeline_runs_the_chat_view_end_to_end(tmp_path: Path, monkeypatch: pyt
     assert (tmp_path / "chat" / "training_curve.png").stat().st_size > 1000
     assert (tmp_path / "chat" / "sft_policy" / "chat_template.jinja").exists()
     records = read_jsonl(tmp_path / "chat" / "metrics.jsonl")
-    assert [r["step"] for r in records] == [1, 2] and all(r["gen_tokens"] > 0 for r in records)
-    assert all(r["sft_loss"] > 0 for r in records)  # grpo.sft_weight: the pipeline hands the demonstrations on
+    train = [r for r in records if "split" not in r]
+    assert [r["step"] for r in train] == [1, 2] and all(r["gen_tokens"] > 0 for r in train)
+    assert all(r["sft_loss"] > 0 for r in train)  # grpo.sft_weight: the pipeline hands the demonstrations on
+    # the evaluations before and after GRPO are eval lines too (step 0 and the last step)
+    evals = [(r["step"], r["split"], r["phase"]) for r in records if "split" in r]
+    assert evals == [(0, "dev", "before"), (2, "dev", "after")]
+    after_line = [r for r in records if r.get("phase") == "after"][0]
+    assert after_line["success"] == summary["after"]["dev"]["success"]
+    assert after_line["sampled_progress"] == summary["after"]["dev"]["sampled"]["progress"]
     saved = json.loads((tmp_path / "chat" / "summary.json").read_text())
     assert saved["policy"] == "tiny-chat" and saved["env_id"] == "rods/ToolChain-Easy-Chat-v0"
+    # resumed with more evaluation tasks: the evaluation before GRPO is run again, so both ends compare alike
+    again = run_training(load_config(cfg.run_dir + "/config.yaml", ["eval.tasks=3", "steps=3", "threads=1"]),
+                         resume=True)
+    assert again["before"]["dev"]["episodes"] == again["after"]["dev"]["episodes"] == 3 and again["grpo_steps"] == 3
 
 
 def test_warm_start_data_seeds_or_fresh_sampled_tasks() -> None:
@@ -440,6 +451,59 @@ def test_curve_points_carry_greedy_and_sampled_series():
         "test progress (sampled x2, T=0.7)": [(0, 0.52), (60, 0.54)],
         "dev success (greedy)": [(0, 0.30), (60, 0.31)],
     }
+    # a periodic evaluation with samples (eval.samples > 0) adds its sampled figures to those series
+    periodic = [{"step": 30, "test": {"success": 0.27, "sampled_success": 0.25, "sampled_progress": 0.53}}]
+    points = curve_points(before, after, periodic, 60, 0.7)
+    assert points["test success (sampled x2, T=0.7)"] == [(0, 0.24), (30, 0.25), (60, 0.26)]
+    assert points["test progress (sampled x2, T=0.7)"] == [(0, 0.52), (30, 0.53), (60, 0.54)]
+
+
+def test_periodic_evaluation_logs_its_sampled_figures(task_file: Path, warm_policy: Path, tmp_path: Path) -> None:
+    cfg = tiny_config(task_file, tmp_path / "run", steps="2", **{"eval.every": "1", "eval.samples": "2",
+                                                                  "grpo.beta": "0"})
+    seeds = seed_tasks()
+    policy = load_policy(warm_policy)
+    result = grpo_train(cfg, policy, seeds, run_dir=cfg.run_dir, accelerator=Accelerator(cpu=True),
+                        eval_sets={"dev": seeds[:3]})
+    lines = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if r.get("split") == "dev"]
+    assert [r["step"] for r in lines] == [1, 2] and len(result.evals) == 2
+    for r in lines:
+        assert r["episodes"] == 3 and r["sampled_episodes"] == 6 and r["sampled_samples"] == 2
+        assert 0.0 <= r["sampled_success"] <= 1.0 and 0.0 <= r["sampled_progress"] <= 1.0
+        assert "per_depth" not in r and "sampled" not in r
+
+
+def test_kl_run_resumes_from_checkpoints_copied_without_its_reference(task_file: Path, warm_policy: Path,
+                                                                     tmp_path: Path) -> None:
+    """grpo.beta > 0: the reference is the policy GRPO starts from; checkpoints copied into another
+    directory (without reference/) resume to the uninterrupted run's weights."""
+    import shutil
+
+    full, _ = _run(tiny_config(task_file, tmp_path / "full"), warm_policy)
+    _run(tiny_config(task_file, tmp_path / "half", steps="2"), warm_policy)
+    assert (tmp_path / "half" / "reference" / "config.json").exists()
+    shutil.copytree(tmp_path / "half" / "checkpoints", tmp_path / "copy" / "checkpoints")
+    resumed, result = _run(tiny_config(task_file, tmp_path / "copy"), warm_policy, resume=True)
+    assert result.steps_done == 4 and not (tmp_path / "copy" / "reference").exists()
+    for a, b in zip(full.model.parameters(), resumed.model.parameters()):
+        assert torch.allclose(a, b, atol=1e-6)
+    assert [r["step"] for r in read_jsonl(tmp_path / "copy" / "metrics.jsonl")] == [1, 2, 3, 4]
+    kl = [r["kl"] for r in read_jsonl(tmp_path / "copy" / "metrics.jsonl")]
+    assert kl == pytest.approx([r["kl"] for r in read_jsonl(tmp_path / "full" / "metrics.jsonl")], abs=1e-6)
+
+
+def test_a_checkpoint_resumes_only_with_the_processes_that_wrote_it(task_file: Path, warm_policy: Path,
+                                                                    tmp_path: Path) -> None:
+    from rods_gym.trainer.checkpoint import check_world_size
+
+    _run(tiny_config(task_file, tmp_path / "run", steps="1", **{"grpo.beta": "0"}), warm_policy)
+    ckpt = latest_checkpoint(tmp_path / "run" / "checkpoints")
+    check_world_size(ckpt, 1)
+    with pytest.raises(ValueError, match="written by 1 process.*resume it with 1 .*this run has 2"):
+        check_world_size(ckpt, 2)
+    torch.save({}, ckpt / "rng-rank1.pt")  # as a 2-process run leaves it
+    with pytest.raises(ValueError, match="written by 2 process.*this run has 1"):
+        _run(tiny_config(task_file, tmp_path / "run", steps="2", **{"grpo.beta": "0"}), warm_policy, resume=True)
 
 
 def test_figures_line_names_greedy_and_sampled_figures():
@@ -449,3 +513,67 @@ def test_figures_line_names_greedy_and_sampled_figures():
     assert figures_line(greedy) == "success 0.290 progress 0.573"
     assert figures_line({**greedy, "sampled": {"samples": 2, "success": 0.2375, "progress": 0.52}}) == (
         "success 0.290 progress 0.573; sampled x2: success 0.237 progress 0.520")
+
+
+def test_a_resumed_log_replaces_what_the_interrupted_run_logged_past_its_checkpoint(tmp_path: Path) -> None:
+    """TensorBoard: the resumed run's writer purges steps >= purge_step, so replayed steps are not doubled."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from rods_gym.trainer.metrics import MetricsLogger
+
+    first = MetricsLogger(tmp_path / "m.jsonl", tmp_path / "tb")
+    for s in (1, 2, 3):  # killed after logging step 3; its checkpoint is at step 2
+        first.log({"step": s, "x": float(s)}, s)
+    first.close()
+    resumed = MetricsLogger(tmp_path / "m.jsonl", tmp_path / "tb", purge_step=3)
+    for s in (3, 4):
+        resumed.log({"step": s, "x": 10.0 + s}, s)
+    resumed.close()
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("train/x")] == [(1, 1.0), (2, 2.0), (3, 13.0), (4, 14.0)]
+
+
+def test_a_job_killed_in_its_warm_start_resumes_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """rods train --resume after a crash in the warm start: the SFT continues from its last checkpoint to
+    the warm start an uninterrupted job makes, and its loss log has every step once."""
+    from rods_gym.trainer import pipeline
+    from rods_gym.trainer.pipeline import run_training
+
+    def config(run: Path) -> TrainConfig:
+        return load_config("default", [f"run_dir={run}", "tensorboard=false", "progress_bar=false", "threads=1",
+                                       "steps=1", "eval.splits=[dev]", "eval.tasks=2", "eval.samples=0",
+                                       "sft.data=seeds", "sft.demos=8", "sft.steps=4", "sft.checkpoint_every=2",
+                                       "sft.batch_size=4", "sft.threads=1", "eval.threads=1",
+                                       "policy.hidden_size=32", "policy.intermediate_size=64", "policy.num_layers=1",
+                                       "policy.num_heads=2", "rollout.tasks_per_step=2", "rollout.group_size=2",
+                                       "rollout.max_turns=3", "rollout.max_action_tokens=8"])
+
+    run_training(config(tmp_path / "clean"))
+    real = pipeline.train_sft
+
+    class Crash(Exception):
+        pass
+
+    def crashing(*args, on_step, **kwargs):
+        def hook(step: int, loss: float) -> None:
+            on_step(step, loss)
+            if step == 2:  # in the third step, after the step-2 checkpoint
+                raise Crash
+        return real(*args, on_step=hook, **kwargs)
+
+    monkeypatch.setattr(pipeline, "train_sft", crashing)
+    with pytest.raises(Crash):
+        run_training(config(tmp_path / "run"))
+    assert (tmp_path / "run" / "sft_checkpoint").exists() and not (tmp_path / "run" / "sft_policy").exists()
+    monkeypatch.setattr(pipeline, "train_sft", real)
+    summary = run_training(config(tmp_path / "run"), resume=True)
+    assert summary["sft"]["resumed_from_step"] == 2 and summary["grpo_steps"] == 1
+    assert not (tmp_path / "run" / "sft_checkpoint").exists()  # the finished warm start supersedes it
+    log = read_jsonl(tmp_path / "run" / "sft_metrics.jsonl")
+    clean_log = read_jsonl(tmp_path / "clean" / "sft_metrics.jsonl")
+    assert [r["step"] for r in log] == [r["step"] for r in clean_log] == [1, 2, 3, 4]
+    assert [r["loss"] for r in log] == pytest.approx([r["loss"] for r in clean_log], abs=1e-6)
+    clean, resumed = load_policy(tmp_path / "clean" / "sft_policy"), load_policy(tmp_path / "run" / "sft_policy")
+    for a, b in zip(clean.model.parameters(), resumed.model.parameters()):
+        assert torch.allclose(a, b, atol=1e-6)

@@ -75,6 +75,20 @@ def finish_checkpoint(root: Path, step: int, state: dict[str, Any], save_model: 
     return final
 
 
+def checkpoint_processes(path: Path) -> int:
+    """How many processes wrote the checkpoint at ``path`` (one ``rng-rankR.pt`` each)."""
+    return len(list(path.glob("rng-rank*.pt")))
+
+
+def check_world_size(path: Path, world: int) -> None:
+    """A checkpoint resumes only under the number of processes that wrote it: each process's share of
+    every step's tasks, and its sampling generator, depend on it."""
+    wrote = checkpoint_processes(path)
+    if wrote != world:
+        raise ValueError(f"checkpoint {path} was written by {wrote} process(es); resume it with {wrote} "
+                         f"(this run has {world}), e.g. accelerate launch --num_processes {wrote} ...")
+
+
 def load_trainer_state(path: Path) -> dict[str, Any]:
     return torch.load(path / STATE_FILE, map_location="cpu", weights_only=False)
 

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 T = TypeVar("T")
-RESUMABLE = ("sft_policy/", "checkpoints/")  # what a run directory without config.yaml may still resume from
+RESUMABLE = ("sft_policy/", "sft_checkpoint/", "checkpoints/")  # what a run directory without config.yaml may still resume from
 CONFIG_HELP = "YAML config file or shipped config name (default, chat_tiny, ...); default: the shipped default"
 
 
@@ -24,12 +23,13 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("extra", nargs="*", metavar="KEY=VALUE", help="more overrides, e.g. steps=50 rollout.group_size=4")
 
 
-def load_from_args(args: argparse.Namespace) -> Any:
+def load_from_args(args: argparse.Namespace, *, run_config: bool = False) -> Any:
     """The run's config: file + overrides; also quiets transformers' per-save progress bars (CLI only).
 
     With ``--resume`` and a run directory that has a saved ``config.yaml``, that file is the base
     (the run continues as it was configured) and only the command line's overrides change it;
-    the fields they change are printed.
+    the fields they change are printed. ``run_config`` (rods evaluate): a ``--run-dir`` with a saved
+    ``config.yaml`` and no ``--config`` is read the same way, the overrides on top.
     """
     from transformers.utils import logging as hf_logging
 
@@ -37,13 +37,11 @@ def load_from_args(args: argparse.Namespace) -> Any:
 
     hf_logging.disable_progress_bar()
 
-    overrides = list(args.overrides) + list(args.extra)
-    if args.model:
-        overrides.append(f"policy.model={args.model}")
-    if args.env:
-        overrides.append(f"data.env_id={args.env}")
-    if args.run_dir:
-        overrides.append(f"run_dir={args.run_dir}")
+    overrides = command_overrides(args)
+    if run_config and args.config is None and args.run_dir:
+        saved = Path(args.run_dir) / "config.yaml"
+        if saved.exists():  # rods evaluate --run-dir: the run's own environment, limits and dtype
+            return load_config(saved, overrides)
     cfg = load_config(args.config or "default", overrides)
     if not getattr(args, "resume", False):
         return cfg
@@ -72,6 +70,18 @@ def load_from_args(args: argparse.Namespace) -> Any:
     return cfg
 
 
+def command_overrides(args: argparse.Namespace) -> list[str]:
+    """The config overrides a command line names: ``--set``, bare ``KEY=VALUE``, ``--model``, ``--env``, ``--run-dir``."""
+    overrides = list(args.overrides) + list(args.extra)
+    if args.model:
+        overrides.append(f"policy.model={args.model}")
+    if args.env:
+        overrides.append(f"data.env_id={args.env}")
+    if args.run_dir:
+        overrides.append(f"run_dir={args.run_dir}")
+    return overrides
+
+
 def _diff(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> dict[str, tuple[Any, Any]]:
     """Dotted keys whose values differ between two nested config dicts."""
     out: dict[str, tuple[Any, Any]] = {}
@@ -92,6 +102,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("sft", help="SFT on oracle demonstrations; saves the policy and reports held-out success")
     _add_config_args(p)
+    p.add_argument("--resume", action="store_true", help="continue the warm start in --run-dir from its latest "
+                   "checkpoint (sft_checkpoint/); a finished one (sft_policy/) is only evaluated")
     p.set_defaults(func=run_sft)
 
     p = sub.add_parser("evaluate", help="greedy success/progress of a policy on task splits")
@@ -122,9 +134,12 @@ def _config_or_exit(args: argparse.Namespace, command: str) -> Any:
     from .sft import env_mode
 
     def load() -> Any:
-        cfg = load_from_args(args)
+        cfg = load_from_args(args, run_config=command == "evaluate")
         if command == "train":
             refuse_stale_checkpoints(cfg.run_dir, resume=args.resume)
+            check_launch(cfg, resume=args.resume)
+        if command == "sft" and not args.resume:
+            refuse_trained_run(cfg.run_dir)
         builds_demos = command == "sft" or (command == "train" and (cfg.sft.enabled or cfg.grpo.sft_weight > 0))
         mode = env_mode(cfg.data.env_id) if builds_demos and cfg.sft.recovery > 0 else "compact"
         if mode != "compact":
@@ -133,6 +148,31 @@ def _config_or_exit(args: argparse.Namespace, command: str) -> Any:
         return cfg
 
     return _or_exit(command, load)
+
+
+def check_launch(cfg: Any, *, resume: bool) -> None:
+    """What the number of launched processes must fit: the step's tasks split evenly, and a resumed
+    checkpoint written by as many processes (checked here, before the warm start and the first evaluation)."""
+    from .checkpoint import check_world_size, latest_checkpoint
+    from .pipeline import launched_processes
+
+    world = launched_processes()
+    if cfg.rollout.tasks_per_step % world:
+        raise ValueError(f"config rollout.tasks_per_step={cfg.rollout.tasks_per_step} must be divisible by the "
+                         f"number of processes ({world})")
+    ckpt = latest_checkpoint(Path(cfg.run_dir) / "checkpoints") if resume else None
+    if ckpt is not None:
+        check_world_size(ckpt, world)
+
+
+def refuse_trained_run(run_dir: str | Path) -> None:
+    """``rods sft`` must not replace the warm start of a run that has GRPO checkpoints built on it."""
+    from .checkpoint import latest_checkpoint
+
+    ckpt = latest_checkpoint(Path(run_dir) / "checkpoints")
+    if ckpt is not None:
+        raise ValueError(f"{run_dir} holds a GRPO run (latest checkpoint: {ckpt.name}) trained from its warm start; "
+                         "rods sft would replace sft_policy/ under it. Use another --run-dir")
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -160,7 +200,7 @@ def run_sft(args: argparse.Namespace) -> int:
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, run_dir / "config.yaml")
-    warm_start(cfg, policy, inputs.seeds, accelerator, run_dir, False, print)
+    warm_start(cfg, policy, inputs.seeds, accelerator, run_dir, args.resume, print)
     if accelerator.is_main_process:
         for split, tasks in inputs.eval_sets.items():
             with torch_threads(cfg.eval.threads):
@@ -188,6 +228,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from .tasks import load_tasks, spread
     from .threads import torch_threads
 
+    # with --run-dir and no --config: the run's saved config (its environment, slot ids, step and turn limits,
+    # dtype, evaluation splits), the command line's overrides on top
     cfg = _config_or_exit(args, "evaluate")
     apply_threads(cfg)
     n = args.tasks if args.tasks is not None else cfg.eval.tasks
@@ -195,14 +237,9 @@ def run_evaluate(args: argparse.Namespace) -> int:
     saved = args.policy or (run_policy(args.run_dir) if args.run_dir else None)
     if saved and not args.policy:
         print(f"evaluating {saved} (the run's latest policy)", file=sys.stderr)
-        run_config = Path(args.run_dir) / "config.yaml"
-        if not args.env and run_config.exists():  # the environment (view) the run trained in
-            from .config import load_config
-
-            env_id = _or_exit("evaluate", lambda: load_config(run_config, [f"run_dir={args.run_dir}"])).data.env_id
-            if env_id != cfg.data.env_id:
-                print(f"in {env_id}, the run's environment (--env to choose another)", file=sys.stderr)
-                cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, env_id=env_id))
+    if args.run_dir and args.config is None and (Path(args.run_dir) / "config.yaml").exists():
+        print(f"in {cfg.data.env_id} with the run's config ({Path(args.run_dir) / 'config.yaml'}; --config or "
+              "overrides to change it)", file=sys.stderr)
 
     def prepare() -> tuple[Any, dict[str, list]]:
         if n < 1:
@@ -214,6 +251,9 @@ def run_evaluate(args: argparse.Namespace) -> int:
         return make_policy(cfg.policy, mode), sets
 
     policy, sets = _or_exit("evaluate", prepare)
+    from .pipeline import make_accelerator
+
+    policy.model.to(make_accelerator().device)  # a GPU's when there is one
     if not saved and cfg.policy.model == "tiny":
         print("note: no --policy given (and no trained policy in --run-dir), so this evaluates a freshly initialised "
               "tiny model; pass --policy RUN_DIR/sft_policy or --run-dir RUN_DIR to evaluate a trained one",

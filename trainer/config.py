@@ -135,6 +135,9 @@ class SFTConfig:
     lr: float = 1e-3
     warmup_steps: int = 10
     max_grad_norm: float = 1.0
+    # steps between the warm start's checkpoints (RUN_DIR/sft_checkpoint/: model, optimizer, scheduler,
+    # step); a killed run resumes from the last one (rods train --resume, rods sft --resume). 0: none
+    checkpoint_every: int = 100
     # torch CPU threads during the warm start only (0: the run's ``threads``). Its batches of 32
     # padded sequences use a second core well, unlike the rollouts' small generation steps.
     threads: int = 0
@@ -263,6 +266,22 @@ def check_config(cfg: TrainConfig) -> None:
                          "threads)")
     if cfg.steps < 0 or cfg.checkpoint_every < 0 or cfg.keep_checkpoints < 1:
         raise ValueError("config steps and checkpoint_every must be >= 0 and keep_checkpoints >= 1")
+    if cfg.log_every < 1:
+        raise ValueError(f"config log_every must be >= 1 (GRPO steps between metric lines), got {cfg.log_every}")
+    if cfg.sft.enabled and cfg.sft.steps < 1:
+        raise ValueError(f"config sft.steps must be >= 1 while sft.enabled is true (sft.enabled=false skips the warm "
+                         f"start), got {cfg.sft.steps}")
+    nonneg = [("grpo", "lr"), ("grpo", "beta"), ("grpo", "warmup_steps"), ("grpo", "weight_decay"), ("sft", "lr"),
+              ("sft", "warmup_steps"), ("sft", "checkpoint_every")]
+    for section, name in nonneg:
+        if getattr(getattr(cfg, section), name) < 0:
+            raise ValueError(f"config {section}.{name} must be >= 0, got {getattr(getattr(cfg, section), name)}")
+    for section in ("grpo", "sft"):  # a negative clip coefficient would flip the gradient's sign
+        if not getattr(cfg, section).max_grad_norm > 0:
+            raise ValueError(f"config {section}.max_grad_norm must be > 0, got {getattr(cfg, section).max_grad_norm}")
+    if cfg.rollout.turn_slack is not None and cfg.rollout.turn_slack < 0:
+        raise ValueError(f"config rollout.turn_slack must be >= 0 or null (no oracle-based budget), got "
+                         f"{cfg.rollout.turn_slack}")
 
 
 # -- building from mappings, YAML and overrides ------------------------------------------
@@ -404,8 +423,9 @@ def read_config_file(path: str | Path, chain: tuple[Path, ...] = ()) -> dict[str
 def load_config(path: str | Path | None = None, overrides: Sequence[str] | Mapping[str, Any] = ()) -> TrainConfig:
     data: dict[str, Any] = read_config_file(path) if path is not None else {}
     extra = parse_overrides(overrides) if not isinstance(overrides, Mapping) else overrides
+    derived = data.get("run_dir") in (None, f"runs/{data.get('name')}")  # the file's run_dir follows its name
     data = merge(data, extra)
-    if "run_dir" not in data and "name" in data:
+    if "name" in data and "run_dir" not in extra and derived:  # a renamed run moves with its name
         data["run_dir"] = f"runs/{data['name']}"
     return from_dict(TrainConfig, data)
 

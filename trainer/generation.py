@@ -50,6 +50,8 @@ class DecodeSession:
         self.pad_id = pad_id
         self.device = next(model.parameters()).device
         self.key = _cache_kwarg(model)
+        # only the last position's logits are needed; a model whose forward has no logits_to_keep computes them all
+        self.last_only = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
         self.cache: Any = None
         self.mask = torch.zeros((n_rows, 0), dtype=torch.long, device=self.device)
         self.next_pos = torch.zeros(n_rows, dtype=torch.long, device=self.device)
@@ -64,7 +66,7 @@ class DecodeSession:
         self.mask = torch.cat([self.mask, chunk_mask], dim=1)
         kwargs = {} if self.cache is None else {self.key: self.cache}
         out = self.model(input_ids=ids, attention_mask=self.mask, position_ids=positions, use_cache=True,
-                         logits_to_keep=1, **kwargs)
+                         **self.last_only, **kwargs)
         self.cache = _cache_of(out)
         return out.logits[:, -1]
 

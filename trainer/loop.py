@@ -31,8 +31,8 @@ from tqdm.auto import tqdm
 from rods_gym.episode import ERROR_CLASSES, RewardConfig
 from rods_gym.task import TaskSpec
 
-from .checkpoint import (finish_checkpoint, latest_checkpoint, load_rank_rng, load_trainer_state, refuse_stale_checkpoints,
-                         set_global_rng_state, write_rank_rng)
+from .checkpoint import (check_world_size, finish_checkpoint, latest_checkpoint, load_rank_rng, load_trainer_state,
+                         refuse_stale_checkpoints, set_global_rng_state, write_rank_rng)
 from .config import TrainConfig, env_kwargs
 from .curricula.arms import DynamicSampling
 from .evaluation import summarize
@@ -222,21 +222,33 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         demos = demonstrations(cfg, policy, seeds)
 
     # -- state: source, optimizer, scheduler, generator; restored from the latest checkpoint -----
+    # on the accelerator's device from the start (a pretrained model without a warm start is still on the CPU
+    # here): the sampling generator and the reference model are made on the policy's device
+    policy.model.to(accelerator.device)
     source = source if source is not None else make_source(cfg.data.source, cfg, seeds, rng_seed=cfg.seed)
     generator = torch.Generator(device=policy.device).manual_seed(cfg.seed * 1_000_003 + rank)
     start_step, history, evals = 0, [], []
     refuse_stale_checkpoints(run_dir, resume=resume)
     ckpt = latest_checkpoint(ckpt_root) if resume else None
     if ckpt is not None:
-        policy.model.load_state_dict(load_policy(ckpt / "policy", dtype=cfg.policy.dtype).model.state_dict())
+        check_world_size(ckpt, world)
     ref_model = None
-    if g.beta > 0:
+    if g.beta > 0:  # the frozen reference: the policy GRPO starts from (saved as reference/ by the run that began)
         ref_dir = run_dir / "reference"
         if ckpt is None and main:
             save_policy(policy, ref_dir)
         accelerator.wait_for_everyone()
-        ref_model = load_policy(ref_dir, dtype=cfg.policy.dtype).model.to(policy.device).eval()
+        if (ref_dir / "config.json").exists():
+            ref_model = load_policy(ref_dir, dtype=cfg.policy.dtype).model
+        else:  # resumed from checkpoints copied without reference/: the policy handed in is GRPO's start
+            if main:
+                print(f"note: {ref_dir} is missing; the KL reference is the policy this run starts from "
+                      "(its warm start), as when the run began", flush=True)
+            ref_model = copy.deepcopy(policy.model)
+        ref_model = ref_model.to(policy.device).eval()
         ref_model.requires_grad_(False)
+    if ckpt is not None:
+        policy.model.load_state_dict(load_policy(ckpt / "policy", dtype=cfg.policy.dtype).model.state_dict())
     if g.freeze_embeddings:
         policy.model.get_input_embeddings().weight.requires_grad_(False)
     trainable = [p for p in policy.model.parameters() if p.requires_grad]
@@ -261,7 +273,9 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
     eval_engine = engine if same_env else RolloutEngine(policy, cfg.data.env_id, eval_settings(cfg), env_kwargs(cfg))
     logger = None
     if main:
-        logger = MetricsLogger(run_dir / "metrics.jsonl", run_dir / "tensorboard" if cfg.tensorboard else None)
+        # resumed: TensorBoard drops what the interrupted run logged past the checkpoint (replayed now)
+        logger = MetricsLogger(run_dir / "metrics.jsonl", run_dir / "tensorboard" if cfg.tensorboard else None,
+                               purge_step=start_step + 1 if start_step > 0 else None)
         logger.rewrite(log_records(history, evals))
     loss_settings = LossSettings(eps_low=g.eps_low, eps_high=g.eps_high, beta=g.beta, aggregation=g.aggregation,
                                  temperature=r.temperature, max_len=r.max_action_tokens * r.max_turns)
@@ -448,7 +462,7 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
             with torch_threads(cfg.eval.threads):
                 res = evaluate_sets(eval_engine, eval_sets, accelerator, cfg.eval.batch_episodes, unwrapped,
                                     cfg.eval.samples, cfg.seed)
-            evals.append({"step": step + 1, **{k: _scalars(v) for k, v in res.items()}})
+            evals.append({"step": step + 1, **{k: eval_scalars(v) for k, v in res.items()}})
             if main and logger is not None:
                 for rec in eval_records(evals[-1]):
                     logger.log(rec, step + 1, prefix=f"eval_{rec['split']}")
@@ -464,8 +478,15 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
     return result
 
 
-def _scalars(summary: Mapping[str, Any]) -> dict[str, float]:
-    return {k: float(v) for k, v in summary.items() if isinstance(v, (int, float))}
+def eval_scalars(summary: Mapping[str, Any]) -> dict[str, float]:
+    """An evaluation's headline numbers, flat: greedy ``success``, ``progress``, ...; the sampled
+    episodes' as ``sampled_success``, ``sampled_progress``, ... (per-depth tables are left out)."""
+    out = {k: float(v) for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    sampled = summary.get("sampled")
+    if isinstance(sampled, Mapping):
+        out.update({f"sampled_{k}": float(v) for k, v in sampled.items()
+                    if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    return out
 
 
 def source_env_id(source: TaskSource, cfg: TrainConfig) -> str:

@@ -11,17 +11,19 @@ class MetricsLogger:
     """Appends one JSON line per record to ``path`` and mirrors scalars to TensorBoard.
 
     ``rewrite(records)`` replaces the file's content (used on resume, so the log holds exactly
-    the records up to the checkpoint's step).
+    the records up to the checkpoint's step); ``purge_step`` does the same for TensorBoard.
     """
 
-    def __init__(self, path: str | Path, tensorboard_dir: str | Path | None = None) -> None:
+    def __init__(self, path: str | Path, tensorboard_dir: str | Path | None = None,
+                 purge_step: int | None = None) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.writer = None
         if tensorboard_dir is not None:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.writer = SummaryWriter(str(tensorboard_dir))
+            # purge_step: TensorBoard hides earlier events at steps >= it (a resumed run replays them)
+            self.writer = SummaryWriter(str(tensorboard_dir), purge_step=purge_step)
 
     def rewrite(self, records: Sequence[Mapping[str, Any]]) -> None:
         with self.path.open("w") as f:

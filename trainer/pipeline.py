@@ -1,7 +1,8 @@
 """The whole job behind ``rods train``: policy -> SFT warm start -> evaluation -> GRPO -> evaluation.
 
 Everything lands in ``cfg.run_dir``: ``config.yaml``, ``sft_policy/`` (the warm start),
-``checkpoints/``, ``metrics.jsonl``, ``tensorboard/``, ``eval_before.json``,
+``sft_checkpoint/`` (while the warm start runs), ``sft_metrics.jsonl``, ``checkpoints/``,
+``metrics.jsonl``, ``tensorboard/``, ``eval_before.json``,
 ``summary.json`` and ``training_curve.png``. With ``resume=True`` finished phases are
 skipped and GRPO continues from its latest checkpoint.
 """
@@ -9,6 +10,8 @@ skipped and GRPO continues from its latest checkpoint.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,11 +26,12 @@ from rods_gym.task import TaskSpec
 from .checkpoint import refuse_stale_checkpoints
 from .config import TrainConfig, save_config
 from .evaluation import figures_line
-from .loop import LoopResult, env_kwargs, eval_settings, evaluate_sets, grpo_train
+from .loop import LoopResult, env_kwargs, eval_scalars, eval_settings, evaluate_sets, grpo_train
+from .metrics import MetricsLogger
 from .plots import plot_training_curve
 from .policy import Policy, load_policy, make_policy, save_policy
 from .rollout import RolloutEngine
-from .sft import Demo, demonstrations, env_mode, train_sft
+from .sft import Demo, demonstrations, env_mode, load_sft_checkpoint, train_sft
 from .sources import make_source
 from .task_source import TaskSource
 from .threads import torch_threads
@@ -37,6 +41,12 @@ from .tasks import load_tasks, spread, using_fallback
 def make_accelerator() -> Accelerator:
     """GPU when there is one; otherwise CPU (``gloo`` when launched with several processes)."""
     return Accelerator(cpu=not torch.cuda.is_available())
+
+
+def launched_processes() -> int:
+    """The number of processes this one was launched among (``accelerate launch`` / ``torchrun`` set
+    ``WORLD_SIZE``; 1 when run directly), known before any process group exists."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def _print(accelerator: Accelerator, *args: Any) -> None:
@@ -56,9 +66,22 @@ def curve_points(before: Mapping[str, Any], after: Mapping[str, Any], evals: Seq
         first, last = before[split].get("sampled"), after[split].get("sampled")
         if first and last:
             for metric in ("success", "progress"):
-                points[f"{split} {metric} (sampled x{first['samples']}, T={temperature:g})"] = [
-                    (0, first[metric]), (steps, last[metric])]
+                points[f"{split} {metric} (sampled x{first['samples']}, T={temperature:g})"] = (
+                    [(0, first[metric])]
+                    + [(e["step"], e[split][f"sampled_{metric}"]) for e in evals if f"sampled_{metric}" in e.get(split, {})]
+                    + [(steps, last[metric])])
     return points
+
+
+def log_before_after(cfg: TrainConfig, run_dir: Path, before: Mapping[str, Any], after: Mapping[str, Any],
+                     steps: int) -> None:
+    """The evaluations before and after GRPO as eval lines of ``metrics.jsonl`` (``"phase"``: before/after)
+    and TensorBoard's ``eval_<split>`` charts, at step 0 and the last step, beside the periodic ones."""
+    logger = MetricsLogger(run_dir / "metrics.jsonl", run_dir / "tensorboard" if cfg.tensorboard else None)
+    for phase, step, results in (("before", 0, before), ("after", steps, after)):
+        for split, res in results.items():
+            logger.log({"step": step, "split": split, "phase": phase, **eval_scalars(res)}, step, prefix=f"eval_{split}")
+    logger.close()
 
 
 def _success_table(before: Mapping[str, Any], after: Mapping[str, Any]) -> str:
@@ -85,25 +108,60 @@ def warm_start(cfg: TrainConfig, policy: Policy, seeds: list, accelerator: Accel
                resume: bool, log: Callable[..., None], demos: list[Demo] | None = None) -> dict[str, Any]:
     """SFT on oracle demonstrations (``sft.data``; ``demos`` when given, else built here); saves
     ``sft_policy/``. Returns its record."""
-    sft_dir = run_dir / "sft_policy"
+    sft_dir, ckpt_dir = run_dir / "sft_policy", run_dir / "sft_checkpoint"
+    main = accelerator.is_main_process
     if resume and (sft_dir / "config.json").exists():
         policy.model.load_state_dict(load_policy(sft_dir, dtype=cfg.policy.dtype).model.state_dict())
         log(f"sft: resumed the warm start from {sft_dir}")
         return json.loads((run_dir / "sft.json").read_text()) if (run_dir / "sft.json").exists() else {}
+    if not resume and main and ckpt_dir.exists():  # a new run's warm start starts over
+        shutil.rmtree(ckpt_dir)
+    accelerator.wait_for_everyone()
     t0 = time.perf_counter()
-    demos = demos if demos is not None else demonstrations(cfg, policy, seeds)
+    demos = demos if demos is not None else demonstrations(cfg, policy, seeds, progress_bar=cfg.progress_bar and main)
+    restored = load_sft_checkpoint(ckpt_dir)
+    logger = None
+    if main:  # the loss of every step: sft_metrics.jsonl and TensorBoard's sft/loss
+        logger = MetricsLogger(run_dir / "sft_metrics.jsonl", run_dir / "tensorboard" if cfg.tensorboard else None,
+                               purge_step=restored["step"] + 1 if restored else None)
+        logger.rewrite([{"step": i + 1, "loss": v} for i, v in enumerate(restored["losses"] if restored else [])])
+    if restored:
+        log(f"sft: resuming the warm start from its step-{restored['step']} checkpoint ({ckpt_dir})")
+
+    def on_step(step: int, loss: float) -> None:
+        if logger is not None:
+            logger.log({"step": step + 1, "loss": loss}, step + 1, prefix="sft")
+
     with torch_threads(cfg.sft.threads):
-        losses = train_sft(policy, demos, cfg.sft, seed=cfg.seed, accelerator=accelerator)
+        losses = train_sft(policy, demos, cfg.sft, seed=cfg.seed, accelerator=accelerator, on_step=on_step,
+                           checkpoint_dir=ckpt_dir, progress_bar=cfg.progress_bar)
+    if logger is not None:
+        logger.close()
     record = {"data": cfg.sft.data, "demos": len(demos), "steps": cfg.sft.steps, "final_loss": losses[-1] if losses else None,
               "seconds": time.perf_counter() - t0,
               "demo_tokens": sum(len(d.transcript) for d in demos), "agent_tokens": sum(sum(d.transcript.action_mask) for d in demos)}
-    if accelerator.is_main_process:
+    if restored:
+        record["resumed_from_step"] = restored["step"]
+    if main:
         save_policy(policy, sft_dir)
         (run_dir / "sft.json").write_text(json.dumps(record, indent=2))
+        shutil.rmtree(ckpt_dir, ignore_errors=True)  # the finished warm start supersedes its checkpoint
     accelerator.wait_for_everyone()
     log(f"sft: {len(demos)} demonstrations ({cfg.sft.data}), {cfg.sft.steps} steps, final loss {record['final_loss']:.3f}, "
         f"{record['seconds']:.0f}s")
     return record
+
+
+def same_evaluation(saved: Mapping[str, Any], eval_sets: Mapping[str, Sequence[TaskSpec]], samples: int) -> bool:
+    """Whether a saved evaluation (``evaluate_sets``' result) covers ``eval_sets``' splits, as many tasks
+    of each (a split's first N, spread) and ``samples`` sampled episodes per task."""
+    if set(saved) != set(eval_sets):
+        return False
+    for split, tasks in eval_sets.items():
+        res = saved[split]
+        if res.get("episodes") != len(tasks) or res.get("sampled", {}).get("samples", 0) != samples:
+            return False
+    return True
 
 
 def apply_threads(cfg: TrainConfig) -> None:
@@ -143,8 +201,12 @@ def run_training(cfg: TrainConfig, *, resume: bool = False, inputs: RunInputs | 
     inputs = inputs if inputs is not None else prepare_inputs(cfg)
     mode, seeds, eval_sets, policy = inputs.mode, inputs.seeds, inputs.eval_sets, inputs.policy
     accelerator = make_accelerator()
+    policy.model.to(accelerator.device)  # a GPU's from the start: the evaluation before GRPO runs there too
     log = lambda *a: _print(accelerator, *a)  # noqa: E731
     run_dir = Path(cfg.run_dir)
+    if not resume and (run_dir / "sft_policy" / "config.json").exists() and cfg.sft.enabled:
+        log(f"note: {run_dir / 'sft_policy'} holds a finished warm start; this new run trains its own and replaces "
+            "it (--resume reuses it)")
     if accelerator.is_main_process:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, run_dir / "config.yaml")
@@ -164,9 +226,12 @@ def run_training(cfg: TrainConfig, *, resume: bool = False, inputs: RunInputs | 
 
     engine = RolloutEngine(policy, cfg.data.env_id, eval_settings(cfg), env_kwargs(cfg))
     before_file = run_dir / "eval_before.json"
-    if resume and before_file.exists():
-        before = json.loads(before_file.read_text())
-    else:
+    before = json.loads(before_file.read_text()) if resume and before_file.exists() else None
+    if before is not None and not same_evaluation(before, eval_sets, cfg.eval.samples):
+        log(f"resume: {before_file} was measured on other tasks or samples than eval.* now names; the evaluation "
+            "before GRPO runs again on the warm start, so before and after compare the same episodes")
+        before = None
+    if before is None:
         with torch_threads(cfg.eval.threads):
             before = evaluate_sets(engine, eval_sets, accelerator, cfg.eval.batch_episodes, policy.model,
                                    cfg.eval.samples, cfg.seed)
@@ -191,6 +256,7 @@ def run_training(cfg: TrainConfig, *, resume: bool = False, inputs: RunInputs | 
     }
     if accelerator.is_main_process:
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        log_before_after(cfg, run_dir, before, after, loop.steps_done)
         points = curve_points(before, after, loop.evals, loop.steps_done, cfg.rollout.temperature)
         plot_training_curve(loop.history, points, run_dir / "training_curve.png",
                             title=f"{cfg.name}: {policy.name} on {cfg.data.env_id}")

@@ -9,13 +9,16 @@ cross-entropy on the agent's tokens only; environment and user tokens are masked
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tqdm.auto import tqdm
 
 from rods_gym.episode import ToolCall
 from rods_gym.oracle import oracle_action
@@ -39,7 +42,7 @@ class Demo:
 
 def make_demonstrations(policy: Policy, tasks: Sequence[TaskSpec], env_id: str,
                         env_kwargs: Mapping[str, Any] | None = None, *, recovery: float = 0.0,
-                        seed: int = 0) -> list[Demo]:
+                        seed: int = 0, progress_bar: bool = False) -> list[Demo]:
     """The oracle's episode of every task, as token ids with the agent's tokens marked.
 
     ``recovery``: the chance, per oracle tool call, that a slip is drawn (``recovery.slipped_call``);
@@ -57,7 +60,7 @@ def make_demonstrations(policy: Policy, tasks: Sequence[TaskSpec], env_id: str,
         raise ValueError(f"recovery demonstrations need the compact view (value slots); "
                          f"{env_id!r} renders {getattr(env.unwrapped, 'mode', '?')!r}")
     demos = []
-    for i, task in enumerate(tasks):
+    for i, task in enumerate(tqdm(tasks, desc="demonstrations", disable=not progress_bar, dynamic_ncols=True)):
         rng = np.random.default_rng([seed, i])
         plan = _oracle_length(env, i, task) if recovery > 0 else 0
         obs, info = env.reset(seed=i, options={"task": task})
@@ -124,10 +127,11 @@ def demonstration_tasks(cfg: TrainConfig, seeds: Sequence[TaskSpec], mode: str) 
     return fresh(cfg.sft.demos, seed=cfg.sft.data_seed, view=mode)
 
 
-def demonstrations(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec]) -> list[Demo]:
+def demonstrations(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *,
+                   progress_bar: bool = False) -> list[Demo]:
     """The oracle demonstrations of the warm start's tasks (``sft.data``), as token ids."""
     return make_demonstrations(policy, demonstration_tasks(cfg, seeds, env_mode(cfg.data.env_id)), cfg.data.env_id,
-                               env_kwargs(cfg), recovery=cfg.sft.recovery, seed=cfg.seed)
+                               env_kwargs(cfg), recovery=cfg.sft.recovery, seed=cfg.seed, progress_bar=progress_bar)
 
 
 def env_mode(env_id: str) -> str:
@@ -206,27 +210,66 @@ def warmup_cosine(step: int, warmup: int, total: int) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * min(step - warmup, span) / span))
 
 
+SFT_STATE = "sft_state.pt"
+
+
+def load_sft_checkpoint(path: Path) -> dict[str, Any] | None:
+    """The warm start's checkpoint in ``path`` (``train_sft``'s ``checkpoint_dir``), or None."""
+    file = Path(path) / SFT_STATE
+    return torch.load(file, map_location="cpu", weights_only=False) if file.exists() else None
+
+
+def _save_sft_checkpoint(path: Path, state: dict[str, Any]) -> None:
+    """Written to a temporary file and renamed, so a run killed while saving keeps the previous one."""
+    path.mkdir(parents=True, exist_ok=True)
+    tmp = path / (SFT_STATE + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path / SFT_STATE)
+
+
 def train_sft(policy: Policy, demos: Sequence[Demo], cfg: SFTConfig, *, seed: int = 0, accelerator: Any = None,
-              on_step: Callable[[int, float], None] | None = None) -> list[float]:
+              on_step: Callable[[int, float], None] | None = None, checkpoint_dir: str | Path | None = None,
+              progress_bar: bool = False) -> list[float]:
     """``cfg.steps`` AdamW steps on minibatches drawn epoch-wise from ``demos``; returns the losses.
 
     With an ``accelerate.Accelerator`` over several processes, each process takes its share of
     every minibatch and gradients are averaged.
+
+    ``checkpoint_dir``: every ``cfg.checkpoint_every`` steps the model, optimizer, scheduler, step
+    and losses are saved there (``sft_state.pt``, by the main process); a checkpoint found there
+    when training starts is continued from, the draw of minibatches replayed to its step, so a
+    killed warm start resumes to the weights an uninterrupted one reaches. ``on_step(step, loss)``
+    is called after every step (not for the steps a checkpoint restores).
     """
     if not demos:
         raise ValueError("SFT needs at least one demonstration")
     rank = accelerator.process_index if accelerator is not None else 0
     world = accelerator.num_processes if accelerator is not None else 1
+    main = accelerator.is_main_process if accelerator is not None else True
     model = policy.model
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, cfg.warmup_steps, cfg.steps))
+    draw = demo_batches(demos, cfg.batch_size, np.random.default_rng(seed))
+    losses: list[float] = []
+    saved = load_sft_checkpoint(Path(checkpoint_dir)) if checkpoint_dir is not None else None
+    if saved is not None:
+        if saved["steps"] != cfg.steps or saved["demos"] != len(demos) or saved["seed"] != seed:
+            raise ValueError(f"the warm start's checkpoint in {checkpoint_dir} belongs to another warm start "
+                             f"(steps {saved['steps']}, {saved['demos']} demonstrations, seed {saved['seed']}; this one: "
+                             f"{cfg.steps}, {len(demos)}, {seed}); delete it or restore the settings it was made with")
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+        losses = list(saved["losses"])
+        for _ in range(saved["step"]):  # the minibatches already trained on
+            next(draw)
+    start = len(losses)
     if accelerator is not None:
         model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     device = next(model.parameters()).device
-    draw = demo_batches(demos, cfg.batch_size, np.random.default_rng(seed))
-    losses = []
+    bar = tqdm(total=cfg.steps, initial=start, desc="sft", disable=not (progress_bar and main), dynamic_ncols=True)
     model.train()
-    for step in range(cfg.steps):
+    for step in range(start, cfg.steps):
         batch = next(draw)
         mine = batch[rank::world]
         ids, attn, amask = pad_right([d.transcript.ids for d in mine], [d.transcript.action_mask for d in mine],
@@ -248,6 +291,19 @@ def train_sft(policy: Policy, demos: Sequence[Demo], cfg: SFTConfig, *, seed: in
         losses.append(value)
         if on_step is not None:
             on_step(step, value)
+        bar.update(1)
+        bar.set_postfix(loss=f"{value:.3f}")
+        done = step + 1
+        if checkpoint_dir is not None and cfg.checkpoint_every and done % cfg.checkpoint_every == 0 and done < cfg.steps:
+            if main:
+                inner = accelerator.unwrap_model(model) if accelerator is not None else model
+                _save_sft_checkpoint(Path(checkpoint_dir), {
+                    "step": done, "steps": cfg.steps, "demos": len(demos), "seed": seed, "losses": losses,
+                    "model": inner.state_dict(), "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict()})
+            if accelerator is not None:
+                accelerator.wait_for_everyone()
+    bar.close()
     optimizer.zero_grad(set_to_none=True)
     model.eval()
     if accelerator is not None:
