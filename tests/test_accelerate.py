@@ -72,9 +72,12 @@ WORKER = textwrap.dedent("""
     from rods_gym.trainer.config import SFTConfig
     from rods_gym.trainer.sft import train_sft
     sft_demos = make_demonstrations(load_policy(warm), seeds[:8], "rods/ToolChain-Compact-v0")
-    sft_losses = train_sft(load_policy(warm), sft_demos, SFTConfig(steps=2, batch_size=4, lr=1e-3), seed=3,
+    sft_policy = load_policy(warm)
+    sft_losses = train_sft(sft_policy, sft_demos, SFTConfig(steps=6, batch_size=4, lr=1e-3, warmup_steps=2), seed=3,
                            accelerator=acc)
-    torch.save({"sft_losses": sft_losses}, out / f"sft{rank}.pt")
+    torch.save({"sft_losses": sft_losses,
+                "sft_weights": torch.cat([p.detach().flatten() for p in sft_policy.model.parameters()])},
+               out / f"sft{rank}.pt")
     torch.save({"rank": rank, "world": world, "backend": acc.state.backend, "local": local, "synced": synced, "every_local": every_local,
                 "weights": torch.cat([p.detach().flatten() for p in trained.model.parameters()]),
                 "history": result.history}, out / f"rank{rank}.pt")
@@ -127,8 +130,18 @@ def test_two_cpu_processes_average_gradients_and_stay_identical(tmp_path: Path) 
     assert all(h["sft_loss"] > 0 for h in p0["ptx_history"])
     # the warm start's reported loss is the global one: at its first step (before any update) it equals the
     # one-process loss of the same whole batch, on every rank
-    s0, s1 = (torch.load(tmp_path / f"sft{r}.pt", weights_only=False)["sft_losses"] for r in (0, 1))
+    w0, w1 = (torch.load(tmp_path / f"sft{r}.pt", weights_only=False) for r in (0, 1))
+    s0, s1 = w0["sft_losses"], w1["sft_losses"]
     assert s0 == pytest.approx(s1, rel=1e-6)
+    # and the whole warm start is the one-process one: the same batches, gradients and learning-rate schedule
+    # (a scheduler prepared by accelerate stepped once per process, so its cosine ended halfway)
+    assert torch.equal(w0["sft_weights"], w1["sft_weights"])
+    alone = load_policy(warm)
+    alone_losses = train_sft(alone, make_demonstrations(alone, tasks[:8], "rods/ToolChain-Compact-v0"),
+                             SFTConfig(steps=6, batch_size=4, lr=1e-3, warmup_steps=2), seed=3)
+    assert s0 == pytest.approx(alone_losses, rel=1e-4)
+    assert torch.allclose(w0["sft_weights"], torch.cat([p.detach().flatten() for p in alone.model.parameters()]),
+                          atol=1e-5)
     demos = make_demonstrations(load_policy(warm), tasks[:8], "rods/ToolChain-Compact-v0")
     whole = [demos[i] for i in length_grouped_batches([len(d.transcript) for d in demos], 4,
                                                       np.random.default_rng(3)).pop()]

@@ -3,6 +3,7 @@ resuming with the run's own saved config, and a run directory that still holds a
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -204,6 +205,24 @@ def test_the_launch_is_checked_before_any_work(tmp_path: Path, capsys, monkeypat
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "written by 1 process(es); resume it with 1 (this run has 2)" in err, err
     assert not (run / "sft_policy").exists() and not (run / "config.yaml").exists()
+
+
+def test_resuming_a_warm_start_with_other_settings_fails_before_any_work(tmp_path: Path, capsys) -> None:
+    from rods_gym.trainer.sft import SFT_SETTINGS, sft_settings
+
+    run = tmp_path / "run"
+    cfg = load_config("default", [f"run_dir={run}", "sft.steps=50"])
+    run.mkdir()
+    save_config(cfg, run / "config.yaml")
+    (run / "sft_checkpoint").mkdir()
+    (run / "sft_checkpoint" / SFT_SETTINGS).write_text(json.dumps(sft_settings(cfg.sft, cfg.seed)))
+    for command in ("train", "sft"):
+        with pytest.raises(SystemExit) as exit_info:
+            main([command, "--run-dir", str(run), "--resume", "sft.lr=1e-4"])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and "sft.lr: 0.003 there, 0.0001 now" in err, err
+        assert len(err.strip().splitlines()) == 1
+    assert not (run / "sft_policy").exists()
 
 
 def test_sft_refuses_to_replace_the_warm_start_of_a_grpo_run(tmp_path: Path, capsys) -> None:

@@ -140,6 +140,16 @@ def test_a_killed_warm_start_resumes_from_its_checkpoint_to_the_same_weights(eas
     train_sft(other, demos, cfg, seed=2)
     assert any(not torch.allclose(a, b) for a, b in zip(full.model.parameters(), other.model.parameters()))
     # a checkpoint of another warm start is refused, naming what differs
-    with pytest.raises(ValueError, match="belongs to another warm start .*steps 7.*this one: 9"):
+    with pytest.raises(ValueError, match="belongs to another warm start \\(sft.steps: 7 there, 9 now\\)"):
         train_sft(build_tiny_policy(TINY, "compact"), demos, replace(cfg, steps=9), seed=1,
                   checkpoint_dir=tmp_path / "run")
+    with pytest.raises(ValueError, match="sft.batch_size: 4 there, 8 now; sft.lr: 0.003 there, 0.001 now"):
+        train_sft(build_tiny_policy(TINY, "compact"), demos, replace(cfg, batch_size=8, lr=1e-3), seed=1,
+                  checkpoint_dir=tmp_path / "run")
+    with pytest.raises(ValueError, match="demonstrations: 12 there, 11 now"):
+        train_sft(build_tiny_policy(TINY, "compact"), demos[:11], cfg, seed=1, checkpoint_dir=tmp_path / "run")
+    with pytest.raises(ValueError, match="seed: 1 there, 2 now"):
+        train_sft(build_tiny_policy(TINY, "compact"), demos, cfg, seed=2, checkpoint_dir=tmp_path / "run")
+    # settings that leave the weights alone may change
+    train_sft(build_tiny_policy(TINY, "compact"), demos, replace(cfg, threads=2, checkpoint_every=5), seed=1,
+              checkpoint_dir=tmp_path / "run")

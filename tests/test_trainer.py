@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -264,6 +265,7 @@ def test_pipeline_runs_the_chat_view_end_to_end(tmp_path: Path, monkeypatch: pyt
     # the evaluations before and after GRPO are eval lines too (step 0 and the last step)
     evals = [(r["step"], r["split"], r["phase"]) for r in records if "split" in r]
     assert evals == [(0, "dev", "before"), (2, "dev", "after")]
+    assert records[0]["phase"] == "before" and records[-1]["phase"] == "after"  # the file is in step order
     after_line = [r for r in records if r.get("phase") == "after"][0]
     assert after_line["success"] == summary["after"]["dev"]["success"]
     assert after_line["sampled_progress"] == summary["after"]["dev"]["sampled"]["progress"]
@@ -501,9 +503,19 @@ def test_a_checkpoint_resumes_only_with_the_processes_that_wrote_it(task_file: P
     check_world_size(ckpt, 1)
     with pytest.raises(ValueError, match="written by 1 process.*resume it with 1 .*this run has 2"):
         check_world_size(ckpt, 2)
+    # a 2-process run killed while writing step 2 left step-000002.tmp with two RNG files; this one-process run
+    # writes step 2 over it, and its checkpoint holds its own process's RNG file only
+    stale = ckpt.with_name("step-000002.tmp")
+    stale.mkdir()
+    torch.save({}, stale / "rng-rank0.pt")
+    torch.save({}, stale / "rng-rank1.pt")
+    _run(tiny_config(task_file, tmp_path / "run", steps="2", **{"grpo.beta": "0"}), warm_policy, resume=True)
+    ckpt = latest_checkpoint(tmp_path / "run" / "checkpoints")
+    assert ckpt.name == "step-000002" and sorted(p.name for p in ckpt.glob("rng-rank*")) == ["rng-rank0.pt"]
+    check_world_size(ckpt, 1)
     torch.save({}, ckpt / "rng-rank1.pt")  # as a 2-process run leaves it
     with pytest.raises(ValueError, match="written by 2 process.*this run has 1"):
-        _run(tiny_config(task_file, tmp_path / "run", steps="2", **{"grpo.beta": "0"}), warm_policy, resume=True)
+        _run(tiny_config(task_file, tmp_path / "run", steps="3", **{"grpo.beta": "0"}), warm_policy, resume=True)
 
 
 def test_figures_line_names_greedy_and_sampled_figures():
@@ -540,14 +552,14 @@ def test_a_job_killed_in_its_warm_start_resumes_there(tmp_path: Path, monkeypatc
     from rods_gym.trainer import pipeline
     from rods_gym.trainer.pipeline import run_training
 
-    def config(run: Path) -> TrainConfig:
-        return load_config("default", [f"run_dir={run}", "tensorboard=false", "progress_bar=false", "threads=1",
+    def config(run: Path, *more: str) -> TrainConfig:
+        return load_config("default", [f"run_dir={run}", "progress_bar=false", "threads=1",
                                        "steps=1", "eval.splits=[dev]", "eval.tasks=2", "eval.samples=0",
                                        "sft.data=seeds", "sft.demos=8", "sft.steps=4", "sft.checkpoint_every=2",
                                        "sft.batch_size=4", "sft.threads=1", "eval.threads=1",
                                        "policy.hidden_size=32", "policy.intermediate_size=64", "policy.num_layers=1",
                                        "policy.num_heads=2", "rollout.tasks_per_step=2", "rollout.group_size=2",
-                                       "rollout.max_turns=3", "rollout.max_action_tokens=8"])
+                                       "rollout.max_turns=3", "rollout.max_action_tokens=8", *more])
 
     run_training(config(tmp_path / "clean"))
     real = pipeline.train_sft
@@ -567,6 +579,9 @@ def test_a_job_killed_in_its_warm_start_resumes_there(tmp_path: Path, monkeypatc
         run_training(config(tmp_path / "run"))
     assert (tmp_path / "run" / "sft_checkpoint").exists() and not (tmp_path / "run" / "sft_policy").exists()
     monkeypatch.setattr(pipeline, "train_sft", real)
+    # TensorBoard reads a directory's event files in name order: creation second, then a per-process counter
+    # compared as text; a real resume is seconds later, this one must wait so its purge is read after the crash
+    time.sleep(1.1)
     summary = run_training(config(tmp_path / "run"), resume=True)
     assert summary["sft"]["resumed_from_step"] == 2 and summary["grpo_steps"] == 1
     assert not (tmp_path / "run" / "sft_checkpoint").exists()  # the finished warm start supersedes it
@@ -577,3 +592,19 @@ def test_a_job_killed_in_its_warm_start_resumes_there(tmp_path: Path, monkeypatc
     clean, resumed = load_policy(tmp_path / "clean" / "sft_policy"), load_policy(tmp_path / "run" / "sft_policy")
     for a, b in zip(clean.model.parameters(), resumed.model.parameters()):
         assert torch.allclose(a, b, atol=1e-6)
+    # TensorBoard: step 3, logged by the crashed warm start past its checkpoint, is purged; resuming GRPO later
+    # (its own purge) leaves the warm start's curve whole and the evaluation before GRPO once at step 0
+    time.sleep(1.1)
+    run_training(config(tmp_path / "run", "steps=2"), resume=True)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    def scalars(path: Path, tag: str) -> list[tuple[int, float]]:
+        events = EventAccumulator(str(path))
+        events.Reload()
+        return [(e.step, e.value) for e in events.Scalars(tag)]
+
+    sft_curve = scalars(tmp_path / "run" / "tensorboard" / "sft", "sft/loss")
+    assert [s for s, _ in sft_curve] == [1, 2, 3, 4]
+    assert [v for _, v in sft_curve] == pytest.approx([r["loss"] for r in clean_log], abs=1e-6)
+    assert [s for s, _ in scalars(tmp_path / "run" / "tensorboard" / "before_after", "eval_dev/success")] == [0, 1, 2]
+    assert [s for s, _ in scalars(tmp_path / "run" / "tensorboard", "train/reward_mean")] == [1, 2]

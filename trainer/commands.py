@@ -71,7 +71,8 @@ def load_from_args(args: argparse.Namespace, *, run_config: bool = False) -> Any
 
 
 def command_overrides(args: argparse.Namespace) -> list[str]:
-    """The config overrides a command line names: ``--set``, bare ``KEY=VALUE``, ``--model``, ``--env``, ``--run-dir``."""
+    """The config overrides a command line names, later ones winning: ``--set``, then bare ``KEY=VALUE``
+    (wherever they stand), then ``--model``, ``--env``, ``--run-dir``."""
     overrides = list(args.overrides) + list(args.extra)
     if args.model:
         overrides.append(f"policy.model={args.model}")
@@ -140,6 +141,10 @@ def _config_or_exit(args: argparse.Namespace, command: str) -> Any:
             check_launch(cfg, resume=args.resume)
         if command == "sft" and not args.resume:
             refuse_trained_run(cfg.run_dir)
+        if command in ("train", "sft") and args.resume and not (Path(cfg.run_dir) / "sft_policy" / "config.json").exists():
+            from .sft import check_sft_checkpoint, sft_settings
+
+            check_sft_checkpoint(Path(cfg.run_dir) / "sft_checkpoint", sft_settings(cfg.sft, cfg.seed))
         builds_demos = command == "sft" or (command == "train" and (cfg.sft.enabled or cfg.grpo.sft_weight > 0))
         mode = env_mode(cfg.data.env_id) if builds_demos and cfg.sft.recovery > 0 else "compact"
         if mode != "compact":
@@ -200,7 +205,9 @@ def run_sft(args: argparse.Namespace) -> int:
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, run_dir / "config.yaml")
-    warm_start(cfg, policy, inputs.seeds, accelerator, run_dir, args.resume, print)
+    from .pipeline import _print
+
+    warm_start(cfg, policy, inputs.seeds, accelerator, run_dir, args.resume, lambda *a: _print(accelerator, *a))
     if accelerator.is_main_process:
         for split, tasks in inputs.eval_sets.items():
             with torch_threads(cfg.eval.threads):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import math
+import shutil
 import time
 import warnings
 from contextlib import nullcontext
@@ -273,15 +274,19 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
     eval_engine = engine if same_env else RolloutEngine(policy, cfg.data.env_id, eval_settings(cfg), env_kwargs(cfg))
     logger = None
     if main:
-        # resumed: TensorBoard drops what the interrupted run logged past the checkpoint (replayed now)
+        # TensorBoard drops what an interrupted run logged past the checkpoint (replayed now; everything when
+        # it had none)
         logger = MetricsLogger(run_dir / "metrics.jsonl", run_dir / "tensorboard" if cfg.tensorboard else None,
-                               purge_step=start_step + 1 if start_step > 0 else None)
+                               purge_step=start_step + 1)
         logger.rewrite(log_records(history, evals))
     loss_settings = LossSettings(eps_low=g.eps_low, eps_high=g.eps_high, beta=g.beta, aggregation=g.aggregation,
                                  temperature=r.temperature, max_len=r.max_action_tokens * r.max_turns)
 
     def save(step: int) -> None:
         tmp = (ckpt_root / f"step-{step:06d}").with_name(f"step-{step:06d}.tmp")
+        if main and tmp.exists():  # a killed run's half-written checkpoint (its RNG files may be another world's)
+            shutil.rmtree(tmp)
+        accelerator.wait_for_everyone()
         write_rank_rng(tmp, rank, generator)
         accelerator.wait_for_everyone()
         if main:

@@ -33,6 +33,10 @@ class MetricsLogger:
     def log(self, record: Mapping[str, Any], step: int, prefix: str = "train") -> None:
         with self.path.open("a") as f:
             f.write(json.dumps(dict(record)) + "\n")
+        self.log_scalars(record, step, prefix)
+
+    def log_scalars(self, record: Mapping[str, Any], step: int, prefix: str = "train") -> None:
+        """The record's numbers to TensorBoard only, as ``prefix/key``."""
         if self.writer is not None:
             for k, v in record.items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step":

@@ -27,7 +27,7 @@ from .checkpoint import refuse_stale_checkpoints
 from .config import TrainConfig, save_config
 from .evaluation import figures_line
 from .loop import LoopResult, env_kwargs, eval_scalars, eval_settings, evaluate_sets, grpo_train
-from .metrics import MetricsLogger
+from .metrics import MetricsLogger, read_jsonl
 from .plots import plot_training_curve
 from .policy import Policy, load_policy, make_policy, save_policy
 from .rollout import RolloutEngine
@@ -44,9 +44,13 @@ def make_accelerator() -> Accelerator:
 
 
 def launched_processes() -> int:
-    """The number of processes this one was launched among (``accelerate launch`` / ``torchrun`` set
-    ``WORLD_SIZE``; 1 when run directly), known before any process group exists."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    """The number of processes this one was launched among, known before any process group exists:
+    ``WORLD_SIZE`` (``accelerate launch``, ``torchrun``), else an MPI launcher's size (``mpirun``, as
+    accelerate's multi-CPU launch uses), else 1 (run directly)."""
+    for name in ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
+        if os.environ.get(name):
+            return int(os.environ[name])
+    return 1
 
 
 def _print(accelerator: Accelerator, *args: Any) -> None:
@@ -74,13 +78,22 @@ def curve_points(before: Mapping[str, Any], after: Mapping[str, Any], evals: Seq
 
 
 def log_before_after(cfg: TrainConfig, run_dir: Path, before: Mapping[str, Any], after: Mapping[str, Any],
-                     steps: int) -> None:
-    """The evaluations before and after GRPO as eval lines of ``metrics.jsonl`` (``"phase"``: before/after)
-    and TensorBoard's ``eval_<split>`` charts, at step 0 and the last step, beside the periodic ones."""
-    logger = MetricsLogger(run_dir / "metrics.jsonl", run_dir / "tensorboard" if cfg.tensorboard else None)
-    for phase, step, results in (("before", 0, before), ("after", steps, after)):
-        for split, res in results.items():
-            logger.log({"step": step, "split": split, "phase": phase, **eval_scalars(res)}, step, prefix=f"eval_{split}")
+                     steps: int, *, before_is_new: bool = True) -> None:
+    """The evaluations before and after GRPO as eval lines of ``metrics.jsonl`` (``"phase"``: before/after;
+    the file is rewritten in step order) and TensorBoard's ``eval_<split>`` charts at step 0 and the last
+    step, beside the periodic ones, from a run directory of their own (``tensorboard/before_after``: no
+    purge of a resumed GRPO phase touches them, whatever the order TensorBoard reads event files in).
+    ``before_is_new=False`` (a resumed job reusing eval_before.json): its point is already there."""
+    def lines(phase: str, step: int, results: Mapping[str, Any]) -> list[dict[str, Any]]:
+        return [{"step": step, "split": split, "phase": phase, **eval_scalars(res)} for split, res in results.items()]
+
+    first, last = lines("before", 0, before), lines("after", steps, after)
+    path = run_dir / "metrics.jsonl"
+    logged = [r for r in read_jsonl(path) if "phase" not in r]
+    logger = MetricsLogger(path, run_dir / "tensorboard" / "before_after" if cfg.tensorboard else None)
+    logger.rewrite([*first, *logged, *last])
+    for rec in (first if before_is_new else []) + last:
+        logger.log_scalars(rec, rec["step"], prefix=f"eval_{rec['split']}")
     logger.close()
 
 
@@ -121,9 +134,11 @@ def warm_start(cfg: TrainConfig, policy: Policy, seeds: list, accelerator: Accel
     demos = demos if demos is not None else demonstrations(cfg, policy, seeds, progress_bar=cfg.progress_bar and main)
     restored = load_sft_checkpoint(ckpt_dir)
     logger = None
-    if main:  # the loss of every step: sft_metrics.jsonl and TensorBoard's sft/loss
-        logger = MetricsLogger(run_dir / "sft_metrics.jsonl", run_dir / "tensorboard" if cfg.tensorboard else None,
-                               purge_step=restored["step"] + 1 if restored else None)
+    if main:  # the loss of every step: sft_metrics.jsonl and TensorBoard's sft/loss (a directory of its own: the
+        # GRPO phase's purge on resume must not touch it); steps an interrupted warm start logged past its checkpoint
+        # are purged
+        logger = MetricsLogger(run_dir / "sft_metrics.jsonl", run_dir / "tensorboard" / "sft" if cfg.tensorboard else None,
+                               purge_step=restored["step"] + 1 if restored else 1)
         logger.rewrite([{"step": i + 1, "loss": v} for i, v in enumerate(restored["losses"] if restored else [])])
     if restored:
         log(f"sft: resuming the warm start from its step-{restored['step']} checkpoint ({ckpt_dir})")
@@ -231,6 +246,7 @@ def run_training(cfg: TrainConfig, *, resume: bool = False, inputs: RunInputs | 
         log(f"resume: {before_file} was measured on other tasks or samples than eval.* now names; the evaluation "
             "before GRPO runs again on the warm start, so before and after compare the same episodes")
         before = None
+    before_is_new = before is None
     if before is None:
         with torch_threads(cfg.eval.threads):
             before = evaluate_sets(engine, eval_sets, accelerator, cfg.eval.batch_episodes, policy.model,
@@ -256,7 +272,7 @@ def run_training(cfg: TrainConfig, *, resume: bool = False, inputs: RunInputs | 
     }
     if accelerator.is_main_process:
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-        log_before_after(cfg, run_dir, before, after, loop.steps_done)
+        log_before_after(cfg, run_dir, before, after, loop.steps_done, before_is_new=before_is_new)
         points = curve_points(before, after, loop.evals, loop.steps_done, cfg.rollout.temperature)
         plot_training_curve(loop.history, points, run_dir / "training_curve.png",
                             title=f"{cfg.name}: {policy.name} on {cfg.data.env_id}")

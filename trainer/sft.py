@@ -8,6 +8,8 @@ cross-entropy on the agent's tokens only; environment and user tokens are masked
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import os
 from dataclasses import dataclass
@@ -211,6 +213,28 @@ def warmup_cosine(step: int, warmup: int, total: int) -> float:
 
 
 SFT_STATE = "sft_state.pt"
+SFT_SETTINGS = "settings.json"  # the settings a checkpoint was made with, readable without loading it
+UNTRACKED = ("enabled", "threads", "checkpoint_every")  # SFTConfig fields that leave the trained weights as they are
+
+
+def sft_settings(cfg: SFTConfig, seed: int) -> dict[str, Any]:
+    """What a warm start's weights depend on: its config (but threads and checkpointing) and the run's seed."""
+    return {**{k: v for k, v in dataclasses.asdict(cfg).items() if k not in UNTRACKED}, "seed": seed}
+
+
+def check_sft_checkpoint(path: str | Path, settings: Mapping[str, Any]) -> None:
+    """A warm start's checkpoint in ``path`` must have been made with ``settings`` (``sft_settings``, each
+    key compared): it is continued only by the warm start it belongs to. Nothing to check when there is none."""
+    file = Path(path) / SFT_SETTINGS
+    if not file.exists():
+        return
+    saved = json.loads(file.read_text())
+    differ = {k: (saved.get(k), v) for k, v in settings.items() if saved.get(k) != v}
+    if differ:
+        named = "; ".join(f"{k if k in ('seed', 'demonstrations') else 'sft.' + k}: {a!r} there, {b!r} now"
+                          for k, (a, b) in differ.items())
+        raise ValueError(f"the warm start's checkpoint in {path} belongs to another warm start ({named}); "
+                         "restore those settings to resume it, or delete it to start the warm start over")
 
 
 def load_sft_checkpoint(path: Path) -> dict[str, Any] | None:
@@ -219,9 +243,10 @@ def load_sft_checkpoint(path: Path) -> dict[str, Any] | None:
     return torch.load(file, map_location="cpu", weights_only=False) if file.exists() else None
 
 
-def _save_sft_checkpoint(path: Path, state: dict[str, Any]) -> None:
+def _save_sft_checkpoint(path: Path, state: dict[str, Any], settings: Mapping[str, Any]) -> None:
     """Written to a temporary file and renamed, so a run killed while saving keeps the previous one."""
     path.mkdir(parents=True, exist_ok=True)
+    (path / SFT_SETTINGS).write_text(json.dumps(dict(settings), indent=2))
     tmp = path / (SFT_STATE + ".tmp")
     torch.save(state, tmp)
     os.replace(tmp, path / SFT_STATE)
@@ -251,12 +276,11 @@ def train_sft(policy: Policy, demos: Sequence[Demo], cfg: SFTConfig, *, seed: in
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, cfg.warmup_steps, cfg.steps))
     draw = demo_batches(demos, cfg.batch_size, np.random.default_rng(seed))
     losses: list[float] = []
+    settings = {**sft_settings(cfg, seed), "demonstrations": len(demos)}
+    if checkpoint_dir is not None:
+        check_sft_checkpoint(checkpoint_dir, settings)
     saved = load_sft_checkpoint(Path(checkpoint_dir)) if checkpoint_dir is not None else None
     if saved is not None:
-        if saved["steps"] != cfg.steps or saved["demos"] != len(demos) or saved["seed"] != seed:
-            raise ValueError(f"the warm start's checkpoint in {checkpoint_dir} belongs to another warm start "
-                             f"(steps {saved['steps']}, {saved['demos']} demonstrations, seed {saved['seed']}; this one: "
-                             f"{cfg.steps}, {len(demos)}, {seed}); delete it or restore the settings it was made with")
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])
@@ -264,8 +288,8 @@ def train_sft(policy: Policy, demos: Sequence[Demo], cfg: SFTConfig, *, seed: in
         for _ in range(saved["step"]):  # the minibatches already trained on
             next(draw)
     start = len(losses)
-    if accelerator is not None:
-        model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    if accelerator is not None:  # the scheduler is not prepared: accelerate's wrapper steps it once per process
+        model, optimizer = accelerator.prepare(model, optimizer)
     device = next(model.parameters()).device
     bar = tqdm(total=cfg.steps, initial=start, desc="sft", disable=not (progress_bar and main), dynamic_ncols=True)
     model.train()
@@ -298,9 +322,8 @@ def train_sft(policy: Policy, demos: Sequence[Demo], cfg: SFTConfig, *, seed: in
             if main:
                 inner = accelerator.unwrap_model(model) if accelerator is not None else model
                 _save_sft_checkpoint(Path(checkpoint_dir), {
-                    "step": done, "steps": cfg.steps, "demos": len(demos), "seed": seed, "losses": losses,
-                    "model": inner.state_dict(), "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict()})
+                    "step": done, "losses": losses, "model": inner.state_dict(), "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict()}, settings)
             if accelerator is not None:
                 accelerator.wait_for_everyone()
     bar.close()
