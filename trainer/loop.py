@@ -458,9 +458,9 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         history.append(record)
         if main and logger is not None and (step + 1) % cfg.log_every == 0:
             logger.log(record, step + 1)
-        bar.update(1)
         bar.set_postfix(reward=f"{record['reward_mean']:.3f}", success=f"{record['success']:.2f}",
-                        s_per_step=f"{record['time_step']:.1f}")
+                        s_per_step=f"{record['time_step']:.1f}", refresh=False)
+        bar.update(1)
 
         # 5. periodic evaluation and checkpoint
         if eval_sets and cfg.eval.every and (step + 1) % cfg.eval.every == 0:

@@ -315,8 +315,8 @@ def train_sft(policy: Policy, demos: Sequence[Demo], cfg: SFTConfig, *, seed: in
         losses.append(value)
         if on_step is not None:
             on_step(step, value)
+        bar.set_postfix(loss=f"{value:.3f}", refresh=False)
         bar.update(1)
-        bar.set_postfix(loss=f"{value:.3f}")
         done = step + 1
         if checkpoint_dir is not None and cfg.checkpoint_every and done % cfg.checkpoint_every == 0 and done < cfg.steps:
             if main:
