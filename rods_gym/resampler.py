@@ -1,4 +1,4 @@
-"""Skill-aligned resampling (DESIGN §3, §5): new tasks with a parent's structure, built on
+"""Skill-aligned resampling (README, "Resampling and synthesis"): new tasks with a parent's structure, built on
 other tools, entities, values and wording.
 
 A variant keeps the parent's *signature*: the call DAG with node labels ``skill@turn`` plus

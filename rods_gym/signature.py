@@ -1,4 +1,4 @@
-"""Structural identity of a task (DESIGN §3).
+"""Structural identity of a task (README, "Resampling and synthesis").
 
 The labelled call DAG has a node per call labelled ``skill@turn`` plus its role flags
 (``+ask`` when one of its facts is withheld, ``+locked`` when its tool is locked in its

@@ -1,4 +1,4 @@
-"""Bad input (DESIGN §3): every class of agent input a real API would reject comes back as an
+"""Bad input (README, "A short tour"): every class of agent input a real API would reject comes back as an
 error observation naming the problem, with the error class in ``info["error"]``; ``step``
 never raises, and a rejected call never changes the world. Property-based tests (hypothesis)
 throw random strings and arrays at all three views."""

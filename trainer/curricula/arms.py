@@ -1,4 +1,4 @@
-"""The comparison arms other than RODS, behind the same task-source interface (DESIGN §6).
+"""The comparison arms other than RODS, behind the same task-source interface (the evaluation protocol: README, "Benchmarks").
 
 * ``fixed``    :class:`~rods_gym.trainer.task_source.FixedSeeds`: epochs over the seeds.
 * ``augment``  :class:`AugmentedSeeds`: the same seeds, but the trainer must run them in the

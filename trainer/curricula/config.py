@@ -1,4 +1,4 @@
-"""``RODSConfig``: every number of the RODS loop (DESIGN §5), with its default."""
+"""``RODSConfig``: every number of the RODS loop (README, "Curricula and RODS"), with its default."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ KAPPA_RULES = ("calibrate", "quantile", "fixed")
 
 @dataclass(frozen=True)
 class RODSConfig:
-    """Knobs of the RODS curriculum. Defaults follow DESIGN §5.
+    """Knobs of the RODS curriculum. Defaults follow the RODS loop as the README describes it ("Curricula and RODS").
 
     Detector: per task, the mean ``mu`` and the variance ``s2`` of its G returns give
     ``u = 4 * s2`` (in [0, 1] for returns in [0, 1]), averaged over the task's appearances by

@@ -38,7 +38,7 @@ TOTALS = ("admitted", "dropped", "quarantined", "archived", "evicted", "reactiva
 
 
 class RODSSource:
-    """The RODS curriculum (DESIGN §5) over ``seeds``, synthesizing through ``resampler``.
+    """The RODS curriculum (README, "Curricula and RODS") over ``seeds``, synthesizing through ``resampler``.
 
     Args:
         seeds: the seed tasks (e.g. the 400 of the train split); never deleted.
