@@ -489,8 +489,7 @@ def eval_scalars(summary: Mapping[str, Any]) -> dict[str, float]:
     out = {k: float(v) for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     sampled = summary.get("sampled")
     if isinstance(sampled, Mapping):
-        out.update({f"sampled_{k}": float(v) for k, v in sampled.items()
-                    if isinstance(v, (int, float)) and not isinstance(v, bool)})
+        out.update({f"sampled_{k}": v for k, v in eval_scalars(sampled).items()})
     return out
 
 

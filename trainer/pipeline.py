@@ -31,7 +31,7 @@ from .metrics import MetricsLogger, read_jsonl
 from .plots import plot_training_curve
 from .policy import Policy, load_policy, make_policy, save_policy
 from .rollout import RolloutEngine
-from .sft import Demo, demonstrations, env_mode, load_sft_checkpoint, train_sft
+from .sft import Demo, demonstrations, env_mode, train_sft
 from .sources import make_source
 from .task_source import TaskSource
 from .threads import torch_threads
@@ -132,31 +132,37 @@ def warm_start(cfg: TrainConfig, policy: Policy, seeds: list, accelerator: Accel
     accelerator.wait_for_everyone()
     t0 = time.perf_counter()
     demos = demos if demos is not None else demonstrations(cfg, policy, seeds, progress_bar=cfg.progress_bar and main)
-    restored = load_sft_checkpoint(ckpt_dir)
-    logger = None
-    if main:  # the loss of every step: sft_metrics.jsonl and TensorBoard's sft/loss (a directory of its own: the
-        # GRPO phase's purge on resume must not touch it); steps an interrupted warm start logged past its checkpoint
-        # are purged
-        logger = MetricsLogger(run_dir / "sft_metrics.jsonl", run_dir / "tensorboard" / "sft" if cfg.tensorboard else None,
-                               purge_step=restored["step"] + 1 if restored else 1)
-        logger.rewrite([{"step": i + 1, "loss": v} for i, v in enumerate(restored["losses"] if restored else [])])
-    if restored:
-        log(f"sft: resuming the warm start from its step-{restored['step']} checkpoint ({ckpt_dir})")
+    logger: MetricsLogger | None = None
+    resumed_from = 0
+
+    def on_start(restored: Sequence[float]) -> None:
+        """Before the first step, with the losses a checkpoint restored ([] when none)."""
+        nonlocal logger, resumed_from
+        resumed_from = len(restored)
+        if resumed_from:
+            log(f"sft: resuming the warm start from its step-{resumed_from} checkpoint ({ckpt_dir})")
+        if main:  # the loss of every step: sft_metrics.jsonl and TensorBoard's sft/loss (a directory of its own: the
+            # GRPO phase's purge on resume must not touch it); steps an interrupted warm start logged past its
+            # checkpoint are purged
+            logger = MetricsLogger(run_dir / "sft_metrics.jsonl",
+                                   run_dir / "tensorboard" / "sft" if cfg.tensorboard else None,
+                                   purge_step=resumed_from + 1)
+            logger.rewrite([{"step": i + 1, "loss": v} for i, v in enumerate(restored)])
 
     def on_step(step: int, loss: float) -> None:
         if logger is not None:
             logger.log({"step": step + 1, "loss": loss}, step + 1, prefix="sft")
 
     with torch_threads(cfg.sft.threads):
-        losses = train_sft(policy, demos, cfg.sft, seed=cfg.seed, accelerator=accelerator, on_step=on_step,
-                           checkpoint_dir=ckpt_dir, progress_bar=cfg.progress_bar)
+        losses = train_sft(policy, demos, cfg.sft, seed=cfg.seed, accelerator=accelerator, on_start=on_start,
+                           on_step=on_step, checkpoint_dir=ckpt_dir, progress_bar=cfg.progress_bar)
     if logger is not None:
         logger.close()
     record = {"data": cfg.sft.data, "demos": len(demos), "steps": cfg.sft.steps, "final_loss": losses[-1] if losses else None,
               "seconds": time.perf_counter() - t0,
               "demo_tokens": sum(len(d.transcript) for d in demos), "agent_tokens": sum(sum(d.transcript.action_mask) for d in demos)}
-    if restored:
-        record["resumed_from_step"] = restored["step"]
+    if resumed_from:
+        record["resumed_from_step"] = resumed_from
     if main:
         save_policy(policy, sft_dir)
         (run_dir / "sft.json").write_text(json.dumps(record, indent=2))

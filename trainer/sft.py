@@ -253,8 +253,8 @@ def _save_sft_checkpoint(path: Path, state: dict[str, Any], settings: Mapping[st
 
 
 def train_sft(policy: Policy, demos: Sequence[Demo], cfg: SFTConfig, *, seed: int = 0, accelerator: Any = None,
-              on_step: Callable[[int, float], None] | None = None, checkpoint_dir: str | Path | None = None,
-              progress_bar: bool = False) -> list[float]:
+              on_start: Callable[[list[float]], None] | None = None, on_step: Callable[[int, float], None] | None = None,
+              checkpoint_dir: str | Path | None = None, progress_bar: bool = False) -> list[float]:
     """``cfg.steps`` AdamW steps on minibatches drawn epoch-wise from ``demos``; returns the losses.
 
     With an ``accelerate.Accelerator`` over several processes, each process takes its share of
@@ -263,8 +263,9 @@ def train_sft(policy: Policy, demos: Sequence[Demo], cfg: SFTConfig, *, seed: in
     ``checkpoint_dir``: every ``cfg.checkpoint_every`` steps the model, optimizer, scheduler, step
     and losses are saved there (``sft_state.pt``, by the main process); a checkpoint found there
     when training starts is continued from, the draw of minibatches replayed to its step, so a
-    killed warm start resumes to the weights an uninterrupted one reaches. ``on_step(step, loss)``
-    is called after every step (not for the steps a checkpoint restores).
+    killed warm start resumes to the weights an uninterrupted one reaches. ``on_start(losses)`` is
+    called once before the first step with the losses a checkpoint restored ([] when none), and
+    ``on_step(step, loss)`` after every step trained here.
     """
     if not demos:
         raise ValueError("SFT needs at least one demonstration")
@@ -288,6 +289,8 @@ def train_sft(policy: Policy, demos: Sequence[Demo], cfg: SFTConfig, *, seed: in
         for _ in range(saved["step"]):  # the minibatches already trained on
             next(draw)
     start = len(losses)
+    if on_start is not None:
+        on_start(list(losses))
     if accelerator is not None:  # the scheduler is not prepared: accelerate's wrapper steps it once per process
         model, optimizer = accelerator.prepare(model, optimizer)
     device = next(model.parameters()).device
