@@ -53,9 +53,10 @@ class ToolChainEnv(gym.Env):
         reward: optional penalties/bonus (off by default: return = final progress in [0, 1]).
         max_steps: step limit (truncation); default ``8 + 3 * calls + 2 * turns``.
         suite: the domains (default: the built-in suite).
-        slot_ids: ``compact`` view only: ``ordered`` (values numbered in order of appearance) or
+        slot_ids: ``compact`` view only: ``ordered`` (values numbered in order of appearance),
             ``shuffled`` (the ids under a permutation drawn from a generator seeded by the task, as its
-            world is: every episode of a task, a GRPO group or a replayed branch, shows the same ids).
+            world is: every episode of a task, a GRPO group or a replayed branch, shows the same ids) or
+            ``typed`` (each value named by its type and rank, ``$email.0``).
     """
 
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 1}

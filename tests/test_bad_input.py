@@ -313,6 +313,24 @@ def test_compact_shuffled_ids_name_their_values(transfer_task) -> None:
     assert info["error"] == "none" and r > 0
 
 
+def test_compact_typed_ids_name_their_values(transfer_task) -> None:
+    """With typed slot ids a name means the value shown with it; a well-formed name no value holds is
+    an empty slot, anything else (a numbered id, an unknown type, no rank) is malformed, and none of
+    them touches the world."""
+    env = ToolChainEnv(mode="compact", task_set=[transfer_task], slot_ids="typed")
+    obs, _ = env.reset(seed=3, options={"task": transfer_task})
+    before = world_snapshot(env.episode.state)
+    _rejected(env, "call find_account_by_number account_number $account_number.5", "invalid_arguments", "is empty",
+              params=("account_number",))
+    for bad in ("$0", "$account_number", "$account_number.x", "$no_such_type.0", "account_number.0", "$.0"):
+        _rejected(env, f"call find_account_by_number account_number {bad}", "malformed", params=("account_number",))
+    assert world_snapshot(env.episode.state) == before
+    first = env.oracle_action()
+    assert first == "call find_account_by_number account_number $account_number.0"
+    _, r, _, _, info = env.step(first)
+    assert info["error"] == "none" and r > 0
+
+
 def test_errors_name_the_parameters_they_concern(transfer_task) -> None:
     """A rejected call's error event lists the parameters it concerns, in the tool's order; the compact
     view shows them after the class (``error invalid_arguments amount``), so the agent knows what to fix."""

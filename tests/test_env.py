@@ -329,11 +329,72 @@ def test_compact_shuffled_slot_ids(easy_tasks) -> None:
     assert len(starts) > 1  # the ids change from episode to episode
 
 
+def _typed_ids_in(text: str) -> list[str]:
+    return [w for w in text.split() if w.startswith("$") and "." in w]
+
+
+def test_compact_typed_slot_ids(easy_tasks) -> None:
+    """``slot_ids="typed"``: the ordered view's episode with each value named ``$TYPE.RANK`` (its slot's
+    type, and the lowest rank no other value of that type holds), one name per value for the whole
+    episode, still solved by the oracle."""
+    ordered = ToolChainEnv(mode="compact", task_set=easy_tasks)
+    typed = ToolChainEnv(mode="compact", task_set=easy_tasks, slot_ids="typed")
+    shared_type = 0
+    for i, task in enumerate(easy_tasks[:20]):
+        o_obs, _ = ordered.reset(seed=i, options={"task": task})
+        t_obs, _ = typed.reset(seed=i, options={"task": task})
+        assert [w for w in o_obs.split() if not w.startswith("$")] == [w for w in t_obs.split() if not w.startswith("$")]
+        names: dict[int, str] = {}
+        texts_o, texts_t = [o_obs], [t_obs]
+        done = False
+        while not done:
+            action = ordered.oracle_action()
+            words = [w for w in typed.oracle_action().split() if not w.startswith("$")]
+            assert words == [w for w in action.split() if not w.startswith("$")]
+            o_obs, _, o_term, o_trunc, _ = ordered.step(action)
+            t_obs, reward, term, trunc, info = typed.step(typed.oracle_action())
+            texts_o.append(o_obs)
+            texts_t.append(t_obs)
+            done = term or trunc
+            assert (o_term, o_trunc) == (term, trunc)
+        assert info["success"]
+        for o_text, t_text in zip(texts_o, texts_t):  # ordered slot k is always shown with the same typed name
+            for k, name in zip(_slot_ids_in(o_text), _typed_ids_in(t_text)):
+                assert names.setdefault(k, name) == name
+                vtype, rank = name[1:].rsplit(".", 1)
+                assert vtype == typed.renderer.slots.types[k] and rank.isdigit()
+        assert len(set(names.values())) == len(names)  # distinct values, distinct names
+        by_type: dict[str, list[int]] = {}
+        for name in names.values():
+            vtype, rank = name[1:].rsplit(".", 1)
+            by_type.setdefault(vtype, []).append(int(rank))
+        assert all(sorted(r) == list(range(len(r))) for r in by_type.values())  # ranks 0, 1, ... per type
+        shared_type += any(len(r) > 1 for r in by_type.values())
+    assert shared_type  # some episode shows two values of one type (.0 and .1)
+
+
+def test_compact_typed_ids_after_eviction(suite) -> None:
+    """A value that takes over an evicted slot gets a typed name of its own: the evicted value's name
+    is free again, and no name ever points at two values."""
+    from rods_gym.renderers.base import SlotTable
+    from rods_gym.renderers.compact import CompactRenderer
+    r = CompactRenderer(suite, slot_ids="typed")
+    r.slots = SlotTable(2)
+    assert [r._slot(v, "email", "tool") for v in ("a@x.org", "b@x.org")] == ["$email.0", "$email.1"]
+    r.slots.new_batch()
+    assert r._slot("c@x.org", "email", "tool") == "$email.0"  # took over a@x.org's slot and its free rank
+    assert r._value("$email.0") == "c@x.org" and r._value("$email.1") == "b@x.org"
+    r.slots.new_batch()
+    assert r._slot(7, "count", "tool") == "$count.0"  # evicts b@x.org
+    assert r._value("$email.1").error == "invalid_arguments"  # b@x.org's name now names nothing
+
+
 def test_slot_ids_option_is_checked() -> None:
     with pytest.raises(ValueError, match="unknown slot_ids 'random'"):
         ToolChainEnv(mode="compact", slot_ids="random")
     with pytest.raises(ValueError, match="compact view only"):
         ToolChainEnv(mode="chat", slot_ids="shuffled")
     check_env(ToolChainEnv(mode="compact", slot_ids="shuffled"), skip_render_check=True)
+    check_env(ToolChainEnv(mode="compact", slot_ids="typed"), skip_render_check=True)
     env = gym.make("rods/ToolChain-Compact-v0", slot_ids="shuffled")
     assert env.unwrapped.renderer.slot_ids == "shuffled"

@@ -53,10 +53,12 @@ def test_ood_tools_never_in_train_dev_test(splits):
     assert all(any(c.tool in held for c in t.calls) for t in splits["ood"])
 
 
-def test_every_task_solvable_by_the_oracle(splits):
+@pytest.mark.parametrize("view", [{"mode": "chat"}, {"mode": "compact", "slot_ids": "typed"}])
+def test_every_task_solvable_by_the_oracle(splits, view):
+    """In the chat view, and in the compact view's typed ids (every value it needs has a name there)."""
     import rods_gym
 
-    env = rods_gym.ToolChainEnv(mode="chat")
+    env = rods_gym.ToolChainEnv(**view)
     for tasks in splits.values():
         for t in tasks:
             env.reset(options={"task": t})

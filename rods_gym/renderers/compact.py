@@ -15,7 +15,13 @@ Slot ids: ``slot_ids="ordered"`` (the default) numbers values in order of first 
 (``$0`` the first value the user states); ``"shuffled"`` shows each episode's values under a
 random permutation of the ids (drawn by :meth:`shuffle_slots` from a generator the env
 seeds with the task, so every episode of a task shows the same ids), so that an id says nothing
-about where its value appeared and a policy has to copy the id it read next to the field it needs.
+about where its value appeared and a policy has to copy the id it read next to the field it needs;
+``"typed"`` names each value by its type and its rank among the episode's live values of that
+type (``$email.0``, ``$account_id.1``), the way a program names variables, so that filling a
+parameter takes knowing its type and, only when several values share it, which one. Small
+transformers trained from scratch learn to bind a value to the field it follows (associative
+recall) slowly; typed ids leave that binding only where it is part of the task (two accounts of
+one transfer, several dates).
 A withheld fact shows as ``param ?`` (ask for it); ``from TOOL field`` marks an argument
 that an earlier call reveals. The vocabulary (``vocabulary()``) is closed and built from the
 suite, which is what the embedded tokenizer is made of.
@@ -39,7 +45,7 @@ if TYPE_CHECKING:
 N_SLOTS = 64
 MAX_ACTION_CHARS = 1024
 MAX_OBS_CHARS = 4000
-SLOT_IDS = ("ordered", "shuffled")
+SLOT_IDS = ("ordered", "shuffled", "typed")
 KEYWORDS = ("tools", "(", ")", "|", "user", ";", "call", "ask", "reply", "ok", "error", "fact", "from", "answer",
             "enabled", "nothing", "results", "[", "]", "?", "$?")
 
@@ -62,6 +68,12 @@ def vocabulary(suite: "Suite") -> list[str]:
     return list(dict.fromkeys(words))
 
 
+def typed_slot_parts(suite: "Suite") -> tuple[list[str], list[str]]:
+    """The two parts of every typed slot id (``slot_ids="typed"``): ``$TYPE`` for each value type
+    of the suite, and the ranks ``.0`` ... ``.63``; an id is a type part followed by a rank part."""
+    return [f"${t}" for t in sorted(suite.types)], [f".{j}" for j in range(N_SLOTS)]
+
+
 class CompactRenderer(Renderer):
     def __init__(self, suite: "Suite", slot_ids: str = "ordered") -> None:
         super().__init__(suite)
@@ -70,7 +82,8 @@ class CompactRenderer(Renderer):
         self.slot_ids = slot_ids
         self._keep_types = frozenset(t for t, vt in suite.types.items() if vt.linkable)
         self.vocab = vocabulary(suite)
-        charset = "".join(sorted({ch for w in self.vocab for ch in w} | {" ", "\n"}))
+        words = [*self.vocab, *(w for part in typed_slot_parts(suite) for w in part)] if slot_ids == "typed" else self.vocab
+        charset = "".join(sorted({ch for w in words for ch in w} | {" ", "\n"}))
         self.observation_space = gym.spaces.Text(max_length=MAX_OBS_CHARS, min_length=0, charset=charset)  # "" ends it
         self.action_space = gym.spaces.Text(max_length=MAX_ACTION_CHARS, charset=charset)
         self._tokens = frozenset(self.vocab)
@@ -78,6 +91,9 @@ class CompactRenderer(Renderer):
         self.transcript: list[str] = []
         self._shown = list(range(N_SLOTS))  # slot table index -> the id shown as $id
         self._index = list(range(N_SLOTS))  # shown id -> slot table index
+        # typed ids: per slot table index, the id shown and the value it was given to; shown id -> index
+        self._typed: list[tuple[str, Any]] = []
+        self._typed_index: dict[str, int] = {}
 
     def shuffle_slots(self, rng: np.random.Generator) -> None:
         """Draw the next episode's id permutation from ``rng``: with ``slot_ids="shuffled"`` the env
@@ -89,7 +105,27 @@ class CompactRenderer(Renderer):
 
     def slot_token(self, k: int) -> str:
         """The token that shows slot table entry ``k``."""
+        if self.slot_ids == "typed":
+            return self._typed_token(k)
         return f"${self._shown[k]}"
+
+    def _typed_token(self, k: int) -> str:
+        """``$TYPE.RANK`` of entry ``k``: given when its value entered the table (a value that took
+        over an evicted entry gets a new one), the lowest rank no live value of its type holds."""
+        value = self.slots.values[k]
+        while len(self._typed) <= k:
+            self._typed.append(("", None))
+        token, owner = self._typed[k]
+        if token and owner is value:
+            return token
+        if token:
+            del self._typed_index[token]
+        prefix = f"${self.slots.types[k]}."
+        rank = next(j for j in range(N_SLOTS + 1) if f"{prefix}{j}" not in self._typed_index)  # < N_SLOTS live values
+        token = f"{prefix}{rank}"
+        self._typed[k] = (token, value)
+        self._typed_index[token] = k
+        return token
 
     # -- rendering ---------------------------------------------------------------------
     def _slot(self, value: Any, vtype: str, source: str) -> str:
@@ -122,6 +158,7 @@ class CompactRenderer(Renderer):
 
     def reset(self, episode: "Episode") -> str:
         self.slots = SlotTable(N_SLOTS, self._keep_types)
+        self._typed, self._typed_index = [], {}
         tools = " ".join(f"{t} ( {' '.join(self.suite.tools[t].param_names)} )" for t in episode.available_tools())
         obs = f"tools {tools} | {self._turn_text(episode, 0)}"
         self.transcript = [obs]
@@ -224,12 +261,24 @@ class CompactRenderer(Renderer):
         return ToolCall(name, args)
 
     def _value(self, token: str) -> Any:
+        if self.slot_ids == "typed":
+            return self._typed_value(token)
         if not token.startswith("$") or not (token[1:].isascii() and token[1:].isdigit()):
             return Invalid("malformed", f"values are slot tokens like $3, got {token[:30]!r}")
         shown = int(token[1:])
         k = self._index[shown] if shown < N_SLOTS else shown
         if k >= len(self.slots):
             return Invalid("invalid_arguments", f"slot ${shown} is empty")
+        return self.slots.values[k]
+
+    def _typed_value(self, token: str) -> Any:
+        vtype, dot, rank = token[1:].rpartition(".")
+        if not token.startswith("$") or not dot or vtype not in self.suite.types \
+                or not (rank.isascii() and rank.isdigit()):
+            return Invalid("malformed", f"values are typed slot tokens like $email.0, got {token[:40]!r}")
+        k = self._typed_index.get(token)
+        if k is None:
+            return Invalid("invalid_arguments", f"slot {token[:40]} is empty")
         return self.slots.values[k]
 
     def encode(self, action: Action, episode: "Episode") -> str:
