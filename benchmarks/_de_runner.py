@@ -219,7 +219,7 @@ def run_warm_start(job: SeedJob) -> dict[str, Any]:
         save_config(cfg, out / "config.yaml")
         accelerator = make_accelerator()
         seeds = load_tasks(cfg.data.train_split, cfg.data)
-        policy = make_policy(cfg.policy, env_mode(cfg.data.env_id))
+        policy = make_policy(cfg.policy, env_mode(cfg.data.env_id), slot_ids=cfg.data.slot_ids)
         sft: dict[str, Any] = {}
         policy_dir = None
         if cfg.sft.enabled:
@@ -261,7 +261,7 @@ def run_arm(job: ArmJob) -> dict[str, Any]:
         if job.warm_start is not None:
             policy = load_policy(job.warm_start, local_files_only=True, dtype=cfg.policy.dtype)
         else:
-            policy = make_policy(cfg.policy, env_mode(cfg.data.env_id))
+            policy = make_policy(cfg.policy, env_mode(cfg.data.env_id), slot_ids=cfg.data.slot_ids)
         source = RecordingSource(make_source(cfg.data.source, cfg, seeds, rng_seed=cfg.seed), [t.id for t in seeds])
         sets = eval_tasks(cfg, job.evals)
         per_step = cfg.rollout.tasks_per_step * cfg.rollout.group_size

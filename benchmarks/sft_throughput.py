@@ -66,7 +66,7 @@ def run(scale: str, config: str = "default", threads: int | None = None) -> dict
     cfg = load_config(config, [])
     n_threads = threads if threads is not None else (cfg.sft.threads or cfg.threads)
     torch.set_num_threads(n_threads)
-    policy = make_policy(cfg.policy, "compact")
+    policy = make_policy(cfg.policy, "compact", slot_ids=cfg.data.slot_ids)
     tasks = demonstration_tasks(s["demos"], seed=cfg.sft.data_seed, view="compact")
     demos = make_demonstrations(policy, tasks, cfg.data.env_id, env_kwargs(cfg))
     batches = batches_of(demos, cfg.sft.batch_size, s["steps"], policy.pad_id, seed=cfg.seed)

@@ -99,7 +99,7 @@ def trl_version() -> str | None:
 
 def warm_policy(cfg: TrainConfig, seeds: Sequence[TaskSpec], sft_steps: int) -> Policy:
     """The default tiny policy, optionally warm-started by ``sft_steps`` of SFT on the oracle's demonstrations."""
-    policy = make_policy(cfg.policy, "compact")
+    policy = make_policy(cfg.policy, "compact", slot_ids=cfg.data.slot_ids)
     if sft_steps > 0:
         demos = make_demonstrations(policy, seeds, cfg.data.env_id, env_kwargs(cfg))
         train_sft(policy, demos, dataclasses.replace(cfg.sft, steps=sft_steps), seed=cfg.seed)

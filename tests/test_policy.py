@@ -29,6 +29,19 @@ def test_compact_tokenizer_covers_the_vocabulary_one_token_per_word(suite) -> No
     assert tok.decode(ids) == " ".join(words)
 
 
+def test_typed_compact_tokenizer_spells_a_typed_id_in_two_tokens(suite) -> None:
+    """``slot_ids="typed"``: a typed id is its type and its rank; the numbered ids are gone from that
+    tokenizer, and the default (ordered) tokenizer is unchanged by the option."""
+    from rods_gym.renderers.compact import typed_slot_parts
+    tok = build_compact_tokenizer(suite, slot_ids="typed")
+    ordered = build_compact_tokenizer(suite)
+    types, ranks = typed_slot_parts(suite)
+    assert len(tok) == len(ordered) - 64 + len(types) + len(ranks)
+    assert tok.convert_ids_to_tokens(tok("to $email.0 $account_id.12", add_special_tokens=False)["input_ids"]) == \
+        ["to", "$email", "##.0", "$account_id", "##.12"]
+    assert "$3" not in tok.get_vocab() and "$email" not in ordered.get_vocab()
+
+
 def test_compact_chat_template_renders_observations_and_actions(suite) -> None:
     tok = build_compact_tokenizer(suite)
     msgs = [{"role": "user", "content": "tools get_user ( user_id ) | user get_user user_id $0"},
@@ -42,9 +55,11 @@ def test_compact_chat_template_renders_observations_and_actions(suite) -> None:
     assert tok.convert_tokens_to_ids("<eos>") == tok.eos_token_id
 
 
-def test_every_compact_observation_and_oracle_action_is_in_vocabulary(suite, easy_tasks) -> None:
-    tok = build_compact_tokenizer(suite)
-    env = gym.make("rods/ToolChain-Compact-v0")
+@pytest.mark.parametrize("slot_ids", ["ordered", "typed"])
+def test_every_compact_observation_and_oracle_action_is_in_vocabulary(suite, easy_tasks, slot_ids: str) -> None:
+    """... and decodes back to the same words (a typed id's two tokens join into one)."""
+    tok = build_compact_tokenizer(suite, slot_ids=slot_ids)
+    env = gym.make("rods/ToolChain-Compact-v0", slot_ids=slot_ids)
     for task in easy_tasks[:15]:
         obs, _ = env.reset(options={"task": task})
         texts = [obs]
@@ -55,7 +70,8 @@ def test_every_compact_observation_and_oracle_action_is_in_vocabulary(suite, eas
             if term or trunc:
                 break
         for text in texts:
-            assert tok.unk_token_id not in tok(text, add_special_tokens=False)["input_ids"], text
+            ids = tok(text, add_special_tokens=False)["input_ids"]
+            assert tok.unk_token_id not in ids and tok.decode(ids).split() == text.split(), text
 
 
 def test_byte_level_chat_tokenizer_round_trips_text_and_renders_tools() -> None:

@@ -34,12 +34,18 @@ def _recomputed(policy, trajs, temperature):
     return lp, batch
 
 
-def test_recomputed_logprobs_equal_sampling_logprobs(compact_policy, easy_tasks) -> None:
+@pytest.mark.parametrize("slot_ids", ["ordered", "typed"])
+def test_recomputed_logprobs_equal_sampling_logprobs(compact_policy, easy_tasks, slot_ids: str) -> None:
     settings = RolloutSettings(max_action_tokens=6, max_turns=3, temperature=0.7)
-    engine = RolloutEngine(compact_policy, "rods/ToolChain-Compact-v0", settings)
+    policy = compact_policy if slot_ids == "ordered" else build_tiny_policy(TINY, "compact", slot_ids=slot_ids)
+    kwargs = {} if slot_ids == "ordered" else {"slot_ids": slot_ids}
+    engine = RolloutEngine(policy, "rods/ToolChain-Compact-v0", settings, kwargs)
     trajs, stats = engine.run(easy_tasks[:4], 3, generator=torch.Generator().manual_seed(0))
     assert len(trajs) == 12 and [t.task_index for t in trajs] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
-    lp, batch = _recomputed(compact_policy, trajs, 0.7)
+    if slot_ids == "typed":  # the first prompt shows typed ids, each as a type token and a rank token
+        words = policy.tokenizer.convert_ids_to_tokens(trajs[0].transcript.ids)
+        assert any(w.startswith("$") and nxt.startswith("##.") for w, nxt in zip(words, words[1:]))
+    lp, batch = _recomputed(policy, trajs, 0.7)
     m = batch.action_mask.bool()
     assert int(m.sum()) == stats.gen_tokens > 0
     assert (lp - batch.old_logp)[m].abs().max().item() < 1e-4  # fp32, CPU

@@ -125,6 +125,30 @@ def test_what_a_run_reads_is_checked_before_any_work_in_one_line(tmp_path: Path,
         assert not run.exists() or not any(run.iterdir()), (argv, sorted(run.iterdir()))
 
 
+def test_an_action_budget_shorter_than_the_longest_compact_call_is_warned_about() -> None:
+    """Typed slot ids take two tokens each, so the default 16 cannot hold a six-parameter call (21 tokens
+    with its stop token); word pieces need 19. The typed config's 24 and the default view's 16 fit."""
+    from rods_gym.trainer.pipeline import check_action_tokens, prepare_inputs
+
+    for overrides, need in ((["data.slot_ids=typed"], 21), (["policy.compact_tokens=pieces"], 19)):
+        with pytest.warns(UserWarning, match=f"max_action_tokens=16 cuts .* set it to at least {need}"):
+            prepare_inputs(load_config("default", overrides), check_source=False)
+    for name, overrides in (("default", []), ("typed", []),
+                            ("default", ["data.slot_ids=typed", "rollout.max_action_tokens=21"])):
+        cfg = load_config(name, overrides)
+        assert check_action_tokens(cfg, prepare_inputs(cfg, check_source=False).policy, "compact") is None
+    assert check_action_tokens(load_config("default", ["data.slot_ids=typed"]), None, "chat") is None  # compact only
+
+
+def test_the_cli_prints_a_warning_of_what_it_reads_in_one_line(tmp_path: Path, capsys) -> None:
+    main(["evaluate", "data.slot_ids=typed", "policy.num_layers=1", "--splits", "dev", "--tasks", "1",
+          "--run-dir", str(tmp_path)])
+    warned = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert warned == ["rods evaluate: warning: rollout.max_action_tokens=16 cuts the compact view's longest call short "
+                      "(21 tokens with data.slot_ids=typed); set it to at least 21 unless the run's tasks never call "
+                      "a tool with that many parameters"]
+
+
 def _fake_checkpoint(run_dir: Path, step: int) -> None:
     ckpt = run_dir / "checkpoints" / f"step-{step:06d}"
     ckpt.mkdir(parents=True)

@@ -21,12 +21,14 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
 TINY = PolicyConfig(hidden_size=64, intermediate_size=128, num_layers=2, num_heads=2, max_positions=512)
 
 
-def test_demonstration_actions_are_the_oracle_actions(easy_tasks) -> None:
+@pytest.mark.parametrize("slot_ids", ["ordered", "typed"])
+def test_demonstration_actions_are_the_oracle_actions(easy_tasks, slot_ids: str) -> None:
     import gymnasium as gym
 
-    policy = build_tiny_policy(TINY, "compact")
-    demos = make_demonstrations(policy, easy_tasks[:5], "rods/ToolChain-Compact-v0")
-    env = gym.make("rods/ToolChain-Compact-v0")
+    policy = build_tiny_policy(TINY, "compact", slot_ids=slot_ids)
+    kwargs = {} if slot_ids == "ordered" else {"slot_ids": slot_ids}
+    demos = make_demonstrations(policy, easy_tasks[:5], "rods/ToolChain-Compact-v0", kwargs)
+    env = gym.make("rods/ToolChain-Compact-v0", **kwargs)
     tok = policy.tokenizer
     for demo in demos:
         env.reset(options={"task": demo.task})

@@ -63,6 +63,9 @@ def test_shipped_configs_load_and_overrides_apply() -> None:
     assert (seeds.sft.data, seeds.sft.demos, seeds.sft.steps, seeds.run_dir) == ("seeds", 400, 300, "runs/seeds")
     assert (seeds.grpo, seeds.rollout, seeds.policy, seeds.data) == (default.grpo, default.rollout, default.policy,
                                                                      default.data)
+    typed = load_config("typed")  # the default job on typed slot ids, with room for their two tokens each
+    assert (typed.data.slot_ids, typed.rollout.max_action_tokens, typed.run_dir) == ("typed", 24, "runs/typed")
+    assert (typed.grpo, typed.sft, typed.policy) == (default.grpo, default.sft, default.policy)
     assert parse_overrides(["a.b=3", "c=x"]) == {"a": {"b": 3}, "c": "x"}
 
 

@@ -119,14 +119,25 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _or_exit(command: str, prepare: Callable[[], T]) -> T:
     """``prepare()``; a mistake in what it reads (the config, a task set, an env id, a model, a
-    source's options) is printed as one line (no traceback) and exits with 2."""
+    source's options) is printed as one line (no traceback) and exits with 2; a warning it raises
+    (e.g. an action budget shorter than the longest call) is printed as one line too."""
+    import warnings
+
     import yaml
 
     try:
-        return prepare()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", UserWarning)
+            result = prepare()
     except (ValueError, OSError, yaml.YAMLError) as exc:
         print(f"rods {command}: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    for w in caught:
+        if issubclass(w.category, UserWarning):
+            print(f"rods {command}: warning: {w.message}", file=sys.stderr)
+        else:  # not ours to reword
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return result
 
 
 def _config_or_exit(args: argparse.Namespace, command: str) -> Any:
@@ -230,7 +241,7 @@ def run_policy(run_dir: str | Path) -> Path | None:
 def run_evaluate(args: argparse.Namespace) -> int:
     from .evaluation import evaluate
     from .loop import env_kwargs, eval_settings
-    from .pipeline import apply_threads, env_mode
+    from .pipeline import apply_threads, check_action_tokens, env_mode
     from .policy import load_policy, make_policy
     from .tasks import load_tasks, spread
     from .threads import torch_threads
@@ -254,8 +265,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
         mode = env_mode(cfg.data.env_id)
         sets = {split: spread(load_tasks(split, cfg.data), n) for split in splits}
         if saved:
-            return load_policy(saved, cfg.policy.local_files_only, cfg.policy.dtype), sets
-        return make_policy(cfg.policy, mode), sets
+            policy = load_policy(saved, cfg.policy.local_files_only, cfg.policy.dtype)
+        else:
+            policy = make_policy(cfg.policy, mode, slot_ids=cfg.data.slot_ids)
+        check_action_tokens(cfg, policy, mode)  # a warning
+        return policy, sets
 
     policy, sets = _or_exit("evaluate", prepare)
     from .pipeline import make_accelerator

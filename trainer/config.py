@@ -51,7 +51,8 @@ class DataConfig:
     fallback_eval_tasks: int = 200
     env_max_steps: int | None = None  # None: the env's default (8 + 3 calls + 2 turns)
     # compact view only: "ordered" numbers values $0, $1, ... in order of appearance; "shuffled"
-    # shows them under a permutation seeded by the task (ToolChainEnv's slot_ids)
+    # shows them under a permutation seeded by the task; "typed" names them by type and rank,
+    # $email.0 (ToolChainEnv's slot_ids)
     slot_ids: str = "ordered"
 
 
@@ -213,7 +214,7 @@ CHOICES = {
     ("policy", "compact_tokens"): ("words", "pieces"),
     ("sft", "data"): ("seeds", "sampled"),
     ("sft", "autocast"): ("off", "bf16"),
-    ("data", "slot_ids"): ("ordered", "shuffled"),
+    ("data", "slot_ids"): ("ordered", "shuffled", "typed"),
 }
 
 

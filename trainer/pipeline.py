@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -29,7 +30,7 @@ from .evaluation import figures_line
 from .loop import LoopResult, env_kwargs, eval_scalars, eval_settings, evaluate_sets, grpo_train
 from .metrics import MetricsLogger, read_jsonl
 from .plots import plot_training_curve
-from .policy import Policy, load_policy, make_policy, save_policy
+from .policy import Policy, load_policy, longest_compact_call, make_policy, save_policy
 from .rollout import RolloutEngine
 from .sft import Demo, demonstrations, env_mode, train_sft
 from .sources import make_source
@@ -212,7 +213,25 @@ def prepare_inputs(cfg: TrainConfig, *, check_source: bool = True) -> RunInputs:
     seeds = load_tasks(cfg.data.train_split, cfg.data)
     eval_sets = {s: spread(load_tasks(s, cfg.data), cfg.eval.tasks) for s in cfg.eval.splits}
     source = make_source(cfg.data.source, cfg, seeds, cfg.seed) if check_source else None
-    return RunInputs(mode, seeds, eval_sets, make_policy(cfg.policy, mode), source)
+    policy = make_policy(cfg.policy, mode, slot_ids=cfg.data.slot_ids)
+    check_action_tokens(cfg, policy, mode)
+    return RunInputs(mode, seeds, eval_sets, policy, source)
+
+
+def check_action_tokens(cfg: TrainConfig, policy: Policy, mode: str) -> str | None:
+    """A warning (also returned) when ``rollout.max_action_tokens`` cannot hold the compact view's
+    longest call: every episode that needs that call then fails however good the policy (a typed
+    slot id is two tokens). Not an error: a short budget is a valid choice for task sets without long calls."""
+    if mode != "compact":
+        return None
+    need = longest_compact_call(policy, slot_ids=cfg.data.slot_ids)
+    if cfg.rollout.max_action_tokens >= need:
+        return None
+    message = (f"rollout.max_action_tokens={cfg.rollout.max_action_tokens} cuts the compact view's longest call short "
+               f"({need} tokens with data.slot_ids={cfg.data.slot_ids}); set it to at least {need} unless the run's "
+               "tasks never call a tool with that many parameters")
+    warnings.warn(message, stacklevel=2)
+    return message
 
 
 def run_training(cfg: TrainConfig, *, resume: bool = False, inputs: RunInputs | None = None) -> dict[str, Any]:

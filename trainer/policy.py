@@ -66,10 +66,12 @@ def wrap(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str) 
                   pad_id=int(tokenizer.pad_token_id), name=name)
 
 
-def build_tiny_policy(cfg: PolicyConfig, mode: str, suite: Suite | None = None) -> Policy:
-    """The embedded default: a small Llama built from ``cfg`` (seeded init, nothing downloaded)."""
+def build_tiny_policy(cfg: PolicyConfig, mode: str, suite: Suite | None = None, slot_ids: str = "ordered") -> Policy:
+    """The embedded default: a small Llama built from ``cfg`` (seeded init, nothing downloaded).
+    ``slot_ids``: the compact view's slot ids the tokenizer must spell (typed ids are two tokens)."""
     if mode == "compact":
-        tokenizer = build_compact_tokenizer(suite or default_suite(), pieces=cfg.compact_tokens == "pieces")
+        tokenizer = build_compact_tokenizer(suite or default_suite(), pieces=cfg.compact_tokens == "pieces",
+                                            slot_ids=slot_ids)
     elif mode == "chat":
         tokenizer = build_chat_tokenizer()
     else:
@@ -111,10 +113,22 @@ def load_policy(name_or_path: str | Path, local_files_only: bool = True, dtype: 
     return wrap(model, tokenizer, name)
 
 
-def make_policy(cfg: PolicyConfig, mode: str, suite: Suite | None = None) -> Policy:
+def make_policy(cfg: PolicyConfig, mode: str, suite: Suite | None = None, slot_ids: str = "ordered") -> Policy:
     if cfg.model == "tiny":
-        return build_tiny_policy(cfg, mode, suite)
+        return build_tiny_policy(cfg, mode, suite, slot_ids)
     return load_policy(cfg.model, cfg.local_files_only, cfg.dtype)
+
+
+def longest_compact_call(policy: Policy, suite: Suite | None = None, slot_ids: str = "ordered") -> int:
+    """Tokens (the stop token included) of the compact view's longest call, ``call TOOL p $id ...``
+    for the suite's tool with the most parameters, each value shown as a slot id of ``slot_ids``
+    (typed ids are two tokens with the embedded tokenizer). A rollout that may generate fewer
+    cuts that call short."""
+    suite = suite or default_suite()
+    slot = f"${max(suite.types, key=len)}.63" if slot_ids == "typed" else "$63"
+    longest = max((t for t in suite.tools.values()), key=lambda t: len(t.params))
+    words = ["call", longest.name] + [w for p in longest.param_names for w in (p, slot)]
+    return len(policy.tokenizer(" ".join(words), add_special_tokens=False)["input_ids"]) + 1
 
 
 def save_policy(policy: Policy, path: str | Path) -> Path:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from rods_gym.renderers.compact import vocabulary
+from rods_gym.renderers.compact import typed_slot_parts, vocabulary
 from rods_gym.suite import Suite
 
 PAD, UNK, BOS, EOS, OBS, ACT = "<pad>", "<unk>", "<bos>", "<eos>", "<obs>", "<act>"
@@ -61,21 +61,28 @@ def word_pieces(word: str) -> list[str]:
     return [head] + [f"##_{p}" for p in rest]
 
 
-def build_compact_tokenizer(suite: Suite, pieces: bool = False) -> PreTrainedTokenizerFast:
+def build_compact_tokenizer(suite: Suite, pieces: bool = False, slot_ids: str = "ordered") -> PreTrainedTokenizerFast:
     """A tokenizer over the compact vocabulary; ids 0-5 are the special tokens.
 
     ``pieces=False``: one token per vocabulary word (word-level). ``pieces=True``: tool,
     parameter and field names split at underscores into word pieces shared across names
     (WordPiece with ``##`` continuations), so a name the model has rarely produced is
     still made of pieces it produces often; decoding joins the pieces back exactly.
+    ``slot_ids="typed"`` (the compact view's typed ids): a typed id is two tokens, its type and its
+    rank (``$email.0`` -> ``$email ##.0``), in place of the numbered ids ``$0``..``$63``.
     """
     words = [w for w in vocabulary(suite) if w not in COMPACT_SPECIALS]
+    if slot_ids == "typed":
+        types, ranks = typed_slot_parts(suite)
+        words = [w for w in words if not (w.startswith("$") and w[1:].isdigit())] + types
     if pieces:
         units = list(dict.fromkeys(p for w in words for p in word_pieces(w)))
     else:
         units = words
+    if slot_ids == "typed":
+        units += [f"##{r}" for r in ranks]
     vocab = {w: i for i, w in enumerate(list(COMPACT_SPECIALS) + units)}
-    if pieces:
+    if pieces or slot_ids == "typed":
         tok = Tokenizer(models.WordPiece(vocab, unk_token=UNK, continuing_subword_prefix="##",
                                          max_input_chars_per_word=200))
         tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)
