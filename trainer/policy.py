@@ -121,14 +121,13 @@ def make_policy(cfg: PolicyConfig, mode: str, suite: Suite | None = None, slot_i
 
 def longest_compact_call(policy: Policy, suite: Suite | None = None, slot_ids: str = "ordered") -> int:
     """Tokens (the stop token included) of the compact view's longest call, ``call TOOL p $id ...``
-    for the suite's tool with the most parameters, each value shown as a slot id of ``slot_ids``
-    (typed ids are two tokens with the embedded tokenizer). A rollout that may generate fewer
-    cuts that call short."""
+    with every parameter of a suite tool, each value a slot id of ``slot_ids`` (typed ids are two
+    tokens with the embedded tokenizer; names split into pieces with ``compact_tokens: pieces``).
+    A rollout that may generate fewer cuts that call short."""
     suite = suite or default_suite()
     slot = f"${max(suite.types, key=len)}.63" if slot_ids == "typed" else "$63"
-    longest = max((t for t in suite.tools.values()), key=lambda t: len(t.params))
-    words = ["call", longest.name] + [w for p in longest.param_names for w in (p, slot)]
-    return len(policy.tokenizer(" ".join(words), add_special_tokens=False)["input_ids"]) + 1
+    calls = [" ".join(["call", t.name, *(w for p in t.param_names for w in (p, slot))]) for t in suite.tools.values()]
+    return max(len(ids) for ids in policy.tokenizer(calls, add_special_tokens=False)["input_ids"]) + 1
 
 
 def save_policy(policy: Policy, path: str | Path) -> Path:
