@@ -108,3 +108,32 @@ def test_logits_only_where_needed_equal_the_full_computation(policy, easy_tasks)
     assert loss.item() == pytest.approx(expected.item(), abs=1e-6)
     assert stats["entropy"] == pytest.approx(float(ent.detach()[m].sum()), rel=1e-5)
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(got, full_grad))
+
+
+def test_a_model_with_recurrent_state_decodes_each_row_as_it_would_alone() -> None:
+    """LFM2's short convolutions keep a state per row that padding inside a row would shift and whose
+    cache rows cannot be selected: the session finds that out (a Llama's cache holds keys and values
+    only) and encodes each row's whole history per turn, so rows of different lengths, with finished
+    rows fed padding while others sample, still generate exactly what they generate alone."""
+    lfm2 = build_tiny_policy(PolicyConfig(architecture="lfm2", hidden_size=32, intermediate_size=64, num_layers=2,
+                                          num_heads=2, max_positions=1024), "compact")
+    llama = build_tiny_policy(TINY, "compact")
+    prompts = [[1, 4, 9, 10, 11, 5], [1, 4, 12, 5], [1, 4, 9, 10, 11, 5], [1, 4, 20, 21, 22, 23, 24, 25, 5]]
+    kw = dict(stop_ids=tuple(range(6, 300, 3)), max_new_tokens=5, temperature=1.0)  # rows stop at different lengths
+    plain = DecodeSession(llama.model, llama.pad_id, len(prompts))
+    plain.extend(prompts)
+    session = DecodeSession(lfm2.model, lfm2.pad_id, len(prompts))
+    session.extend(prompts)  # rows 0 and 2 share their prompt
+    assert session.recurrent and plain.recurrent is False
+    first = session.sample(generator=torch.Generator().manual_seed(3), **kw)
+    session.keep([0, 1, 3])  # row 2's episode is over
+    session.extend([[5, 30 + i] for i in range(3)])
+    second = session.sample(generator=torch.Generator().manual_seed(4), **kw)
+    assert len({len(g.ids) for g in first}) > 1  # some rows finished while others were fed padding
+    for row, i in enumerate([0, 1, 3]):  # each kept row's ids and log-probs, recomputed from its whole history
+        ids = prompts[i] + first[i].ids + [5, 30 + row] + second[row].ids
+        lp, _ = token_logprobs(lfm2.model, torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long), 1.0)
+        at = [len(prompts[i]) - 1 + t for t in range(len(first[i].ids))]
+        start = len(prompts[i]) + len(first[i].ids) + 2 - 1
+        at += [start + t for t in range(len(second[row].ids))]
+        assert max(abs(lp[0, t].item() - x) for t, x in zip(at, first[i].logprobs + second[row].logprobs)) < 1e-4, i

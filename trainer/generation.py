@@ -13,6 +13,16 @@ Each token is drawn from ``softmax(logits / temperature)`` with an explicit
 ``torch.Generator`` and its log-prob under that same distribution is recorded; the GRPO
 update recomputes ``log_softmax(logits / temperature)`` of the stored ids, which equals it up
 to float rounding (tests/test_rollout.py checks 1e-4 in fp32).
+
+Models whose cache holds a recurrent state beside (or instead of) keys and values, such as
+LFM2's short convolutions or Mamba-style layers, cannot take padding inside a row: a masked
+position still shifts the state, so the tokens after it would be computed from the wrong
+neighbours, and their cache rows cannot be selected or copied the way keys and values are. For
+them (``recurrent``, read from the cache of the first forward) each ``extend`` encodes every
+row's whole history afresh, left-padded, so that padding only ever precedes a row's first token,
+where it stands for the zeros the model pads with anyway. That costs a prefill of the whole
+context per turn instead of the new ids only; the sampled ids and their log-probs are exact
+either way.
 """
 
 from __future__ import annotations
@@ -22,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
-from transformers import PreTrainedModel
+from transformers import DynamicCache, PreTrainedModel
 
 
 @dataclass
@@ -42,6 +52,17 @@ def _cache_of(out: Any) -> Any:
     return cache if cache is not None else out.past_key_values
 
 
+def holds_recurrent_state(cache: Any) -> bool:
+    """Whether a model's ``cache`` keeps a per-row state that padding would corrupt (convolution or
+    state-space layers): it has a linear-attention layer (transformers >= 5), or it is not a plain
+    ``DynamicCache`` of keys and values (older versions, where hybrid models bring cache classes of
+    their own)."""
+    linear = getattr(cache, "is_linear", None)
+    if linear is not None:
+        return any(linear)
+    return not isinstance(cache, DynamicCache)
+
+
 class DecodeSession:
     """The KV cache of a batch of episodes; rows are episodes, in the order given at creation."""
 
@@ -57,6 +78,8 @@ class DecodeSession:
         self.next_pos = torch.zeros(n_rows, dtype=torch.long, device=self.device)
         self.pending: list[list[int]] = [[] for _ in range(n_rows)]  # sampled ids not yet fed
         self.logits: torch.Tensor | None = None  # [rows, vocab] next-token logits
+        self.recurrent: bool | None = None  # read from the cache of the first forward
+        self.history: list[list[int]] = [[] for _ in range(n_rows)]  # recurrent: every id each row has had
 
     @property
     def rows(self) -> int:
@@ -85,6 +108,10 @@ class DecodeSession:
         chunks = [list(p) + list(n) for p, n in zip(self.pending, new_ids)]
         if len(chunks) != self.rows or any(not c for c in chunks):
             raise ValueError("extend() needs one non-empty chunk per row")
+        if self.recurrent:
+            self.history = [h + c for h, c in zip(self.history, chunks)]
+            self._encode_histories()
+            return
         if self.cache is None:
             self._prefill(chunks)
             return
@@ -104,13 +131,28 @@ class DecodeSession:
         positions = (chunk_mask.cumsum(1) - 1).clamp(min=0)
         self.mask = chunk_mask[:, :0]  # one row per distinct prompt until the copy below
         logits = self._forward(ids, chunk_mask, positions)
-        if len(distinct) < len(prompts):
+        self.recurrent = holds_recurrent_state(self.cache)
+        if self.recurrent:
+            self.history = [list(p) for p in prompts]
+            if len(distinct) < len(prompts):  # its cache rows cannot be copied: every row is encoded
+                self._encode_histories()
+                return
+        elif len(distinct) < len(prompts):
             rows = torch.as_tensor(source, dtype=torch.long, device=self.device)
             self.cache.batch_select_indices(rows)
             self.mask, logits, chunk_mask = self.mask[rows], logits[rows], chunk_mask[rows]
         self.logits = logits
         self.next_pos = chunk_mask.sum(1)
         self.pending = [[] for _ in range(len(prompts))]
+
+    def _encode_histories(self) -> None:
+        """Recurrent models: a fresh cache from every row's whole history, left-padded, so that padding
+        only precedes a row's first id (where the model pads with zeros anyway)."""
+        self.cache, self.mask = None, torch.zeros((len(self.history), 0), dtype=torch.long, device=self.device)
+        ids, chunk_mask = self._left_padded(self.history)
+        self.logits = self._forward(ids, chunk_mask, (chunk_mask.cumsum(1) - 1).clamp(min=0))
+        self.next_pos = chunk_mask.sum(1)
+        self.pending = [[] for _ in range(self.rows)]
 
     @torch.no_grad()
     def sample(self, *, stop_ids: Sequence[int], max_new_tokens: int, temperature: float = 1.0,
@@ -145,6 +187,8 @@ class DecodeSession:
             active = still
         for i, r in enumerate(results):
             self.pending[i] = [r.ids[-1]]
+            if self.recurrent:  # the ids fed while sampling (all but the pending last one)
+                self.history[i].extend(r.ids[:-1])
         self.logits = None
         return results
 
@@ -153,7 +197,10 @@ class DecodeSession:
         if list(rows) == list(range(self.rows)):
             return
         idx = torch.as_tensor(list(rows), dtype=torch.long, device=self.device)
-        if self.cache is not None:
+        if self.recurrent:
+            self.cache = None  # the next extend encodes the kept rows' histories
+            self.history = [self.history[i] for i in rows]
+        elif self.cache is not None:
             self.cache.batch_select_indices(idx)
         self.mask, self.next_pos = self.mask[idx], self.next_pos[idx]
         self.pending = [self.pending[i] for i in rows]
