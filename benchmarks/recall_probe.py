@@ -9,9 +9,10 @@ skill that induction heads implement. This probe trains a freshly initialised mo
 alone, in the cleanest form: ``k1 v1 k2 v2 ... kn vn | kq vq kq' vq' ...`` with random keys and
 values, loss and accuracy on the queried values only (chance: 1 / ``--pairs`` once the model has
 learned to answer with a value from the context). ``--arch llama`` is the embedded policy's
-architecture and size (``policy.*`` of ``--config``); ``--arch lfm2`` the same width and depth as
-``transformers``' LFM2 with short causal convolutions in every other layer, which hand each position
-its previous token and so leave one attention layer to do the lookup (the Zoology/H3 finding).
+architecture and size (``policy.*`` of ``--config``, built by ``tiny_model_config``); ``--arch lfm2``
+the same width and depth as ``transformers``' LFM2 (``policy.architecture: lfm2``), with short causal
+convolutions in every other layer, which hand each position its previous token and so leave one
+attention layer to do the lookup (the Zoology/H3 finding).
 Data come from one ``torch.Generator`` (``--seed``); the held-out batch is drawn first, so every
 architecture is scored on the same sequences.
 """
@@ -20,14 +21,16 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 from typing import Any
 
 import rods_gym.trainer  # noqa: F401  (sets OMP_WAIT_POLICY before torch loads)
 import torch
 import torch.nn.functional as F
-from transformers import LlamaConfig, LlamaForCausalLM, Lfm2Config, Lfm2ForCausalLM
+from transformers import AutoModelForCausalLM
 
-from rods_gym.trainer.config import load_config
+from rods_gym.trainer.config import PolicyConfig, load_config
+from rods_gym.trainer.policy import tiny_model_config
 
 ARCHS = ("llama", "lfm2")
 
@@ -51,19 +54,13 @@ def recall_batch(n: int, pairs: int, queries: int, keys: int, values: int,
     return torch.tensor(rows), torch.tensor(masks)
 
 
-def build_model(arch: str, vocab: int, hidden: int, intermediate: int, layers: int, heads: int,
-                seed: int) -> torch.nn.Module:
-    common = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
-                  num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=512,
-                  tie_word_embeddings=True)
+def build_model(policy: PolicyConfig, vocab: int, seed: int) -> torch.nn.Module:
+    """The embedded policy's architecture and sizes (``policy``), over the probe's own vocabulary."""
+    if policy.architecture not in ARCHS:
+        raise ValueError(f"unknown arch {policy.architecture!r}; choose one of {ARCHS}")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        if arch == "llama":
-            return LlamaForCausalLM(LlamaConfig(**common))
-        if arch == "lfm2":
-            types = ["conv" if i % 2 == 0 else "full_attention" for i in range(layers)]
-            return Lfm2ForCausalLM(Lfm2Config(**common, layer_types=types, block_auto_adjust_ff_dim=False))
-    raise ValueError(f"unknown arch {arch!r}; choose one of {ARCHS}")
+        return AutoModelForCausalLM.from_config(tiny_model_config(replace(policy, max_positions=512), vocab))
 
 
 def query_loss(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, float]:
@@ -74,15 +71,15 @@ def query_loss(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) ->
     return loss, float((logits[keep].argmax(-1) == targets[keep]).float().mean())
 
 
-def probe(arch: str, *, steps: int, pairs: int, hidden: int, intermediate: int, layers: int, heads: int, lr: float,
-          batch: int = 32, queries: int = 6, keys: int = 200, values: int = 64, eval_every: int = 250,
-          seed: int = 0) -> list[dict[str, Any]]:
-    """Train one model; its held-out query accuracy every ``eval_every`` steps (and at the end)."""
+def probe(policy: PolicyConfig, *, steps: int, pairs: int, lr: float, batch: int = 32, queries: int = 6,
+          keys: int = 200, values: int = 64, eval_every: int = 250, seed: int = 0) -> list[dict[str, Any]]:
+    """Train one model (``policy``'s architecture and sizes); its held-out query accuracy every
+    ``eval_every`` steps (and at the end)."""
     if steps < 1 or pairs < 1 or pairs > keys:
         raise ValueError(f"steps ({steps}) must be >= 1 and pairs ({pairs}) in [1, {keys}]")
     gen = torch.Generator().manual_seed(seed)
     held_ids, held_mask = recall_batch(256, pairs, queries, keys, values, gen)
-    model = build_model(arch, keys + values + 1, hidden, intermediate, layers, heads, seed)
+    model = build_model(policy, keys + values + 1, seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     rows, t0 = [], time.perf_counter()
     for step in range(1, steps + 1):
@@ -93,7 +90,7 @@ def probe(arch: str, *, steps: int, pairs: int, hidden: int, intermediate: int, 
         if step % eval_every == 0 or step == steps:
             with torch.no_grad():
                 held_loss, acc = query_loss(model, held_ids, held_mask)
-            rows.append({"arch": arch, "step": step, "loss": float(held_loss), "accuracy": acc,
+            rows.append({"arch": policy.architecture, "step": step, "loss": float(held_loss), "accuracy": acc,
                          "seconds": time.perf_counter() - t0})
     return rows
 
@@ -114,8 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"| arch | step | held-out query accuracy (chance {1 / args.pairs:.2f}) | loss | seconds |")
     print("|---|---|---|---|---|")
     for arch in (ARCHS if args.arch == "both" else (args.arch,)):
-        for r in probe(arch, steps=args.steps, pairs=args.pairs, hidden=pol.hidden_size,
-                       intermediate=pol.intermediate_size, layers=pol.num_layers, heads=pol.num_heads, lr=args.lr,
+        for r in probe(replace(pol, architecture=arch), steps=args.steps, pairs=args.pairs, lr=args.lr,
                        eval_every=args.eval_every, seed=args.seed):
             print(f"| {r['arch']} | {r['step']} | {r['accuracy']:.3f} | {r['loss']:.3f} | {r['seconds']:.0f} |", flush=True)
 

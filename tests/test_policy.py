@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import gymnasium as gym
@@ -88,10 +89,12 @@ def test_byte_level_chat_tokenizer_round_trips_text_and_renders_tools() -> None:
     assert tok.convert_ids_to_tokens(tok(rendered, add_special_tokens=False)["input_ids"][-11]) == "<|im_start|>"  # then "assistant\n"
 
 
-@pytest.mark.parametrize("mode", ["compact", "chat"])
-def test_tiny_policy_saves_and_reloads_with_any_tool(mode: str, tmp_path: Path) -> None:
-    policy = build_tiny_policy(TINY, mode)
-    again = build_tiny_policy(TINY, mode)
+@pytest.mark.parametrize("mode, architecture", [("compact", "llama"), ("chat", "llama"), ("compact", "lfm2")])
+def test_tiny_policy_saves_and_reloads_with_any_tool(mode: str, architecture: str, tmp_path: Path) -> None:
+    cfg = replace(TINY, architecture=architecture, num_layers=2)  # LFM2: a convolution, then attention
+    policy = build_tiny_policy(cfg, mode)
+    assert type(policy.model).__name__ == {"llama": "LlamaForCausalLM", "lfm2": "Lfm2ForCausalLM"}[architecture]
+    again = build_tiny_policy(cfg, mode)
     for a, b in zip(policy.model.parameters(), again.model.parameters()):
         assert torch.equal(a, b)  # seeded init
     path = save_policy(policy, tmp_path / "policy")
@@ -104,6 +107,11 @@ def test_tiny_policy_saves_and_reloads_with_any_tool(mode: str, tmp_path: Path) 
         assert torch.allclose(model(ids).logits, policy.model(ids).logits, atol=1e-6)
     reloaded = load_policy(path)
     assert reloaded.stop_ids[0] == policy.eos_id
+
+
+def test_lfm2_needs_an_attention_layer() -> None:
+    with pytest.raises(ValueError, match="architecture=lfm2 needs policy.num_layers >= 2"):
+        build_tiny_policy(replace(TINY, architecture="lfm2", num_layers=1), "compact")
 
 
 def test_policy_init_does_not_touch_the_global_rng() -> None:

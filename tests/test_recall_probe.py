@@ -34,9 +34,13 @@ def test_every_target_is_the_value_written_after_its_key(rp: Any) -> None:
 
 
 def test_both_architectures_train_and_are_scored_on_the_same_held_out_batch(rp: Any) -> None:
+    from rods_gym.trainer.config import PolicyConfig
+
     for arch in rp.ARCHS:
-        rows = rp.probe(arch, steps=3, pairs=3, hidden=32, intermediate=64, layers=2, heads=2, lr=1e-3, eval_every=2)
+        pol = PolicyConfig(architecture=arch, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=2)
+        assert type(rp.build_model(pol, 20, 0)).__name__ == {"llama": "LlamaForCausalLM", "lfm2": "Lfm2ForCausalLM"}[arch]
+        rows = rp.probe(pol, steps=3, pairs=3, lr=1e-3, eval_every=2)
         assert [r["step"] for r in rows] == [2, 3]
         assert all(0.0 <= r["accuracy"] <= 1.0 and r["loss"] > 0 and r["arch"] == arch for r in rows)
     with pytest.raises(ValueError, match="unknown arch"):
-        rp.build_model("rnn", 10, 8, 16, 1, 1, 0)
+        rp.build_model(PolicyConfig(architecture="rnn"), 10, 0)

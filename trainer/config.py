@@ -23,9 +23,13 @@ CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    """The policy: ``tiny`` (the embedded Llama built from this config) or a hub name / local path."""
+    """The policy: ``tiny`` (the embedded model built from this config) or a hub name / local path."""
 
     model: str = "tiny"
+    # the embedded model's architecture: llama | lfm2 (transformers' LFM2: a short causal convolution
+    # in every other layer, attention in the rest; it learns associative recall, fetching the value
+    # written after a key, where the tiny Llama barely does: benchmarks/recall_probe.py)
+    architecture: str = "llama"
     compact_tokens: str = "words"  # embedded compact tokenizer: words (one token per name) | pieces (split at _)
     local_files_only: bool = True  # never download at run time; set false to allow hub downloads
     dtype: str = "float32"  # float32 | bfloat16 | float16
@@ -212,6 +216,7 @@ CHOICES = {
     ("grpo", "action_grouping"): ("group", "state"),
     ("policy", "dtype"): ("float32", "bfloat16", "float16"),
     ("policy", "compact_tokens"): ("words", "pieces"),
+    ("policy", "architecture"): ("llama", "lfm2"),
     ("sft", "data"): ("seeds", "sampled"),
     ("sft", "autocast"): ("off", "bf16"),
     ("data", "slot_ids"): ("ordered", "shuffled", "typed"),
