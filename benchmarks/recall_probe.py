@@ -56,8 +56,6 @@ def recall_batch(n: int, pairs: int, queries: int, keys: int, values: int,
 
 def build_model(policy: PolicyConfig, vocab: int, seed: int) -> torch.nn.Module:
     """The embedded policy's architecture and sizes (``policy``), over the probe's own vocabulary."""
-    if policy.architecture not in ARCHS:
-        raise ValueError(f"unknown arch {policy.architecture!r}; choose one of {ARCHS}")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return AutoModelForCausalLM.from_config(tiny_model_config(replace(policy, max_positions=512), vocab))

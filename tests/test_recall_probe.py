@@ -42,5 +42,5 @@ def test_both_architectures_train_and_are_scored_on_the_same_held_out_batch(rp: 
         rows = rp.probe(pol, steps=3, pairs=3, lr=1e-3, eval_every=2)
         assert [r["step"] for r in rows] == [2, 3]
         assert all(0.0 <= r["accuracy"] <= 1.0 and r["loss"] > 0 and r["arch"] == arch for r in rows)
-    with pytest.raises(ValueError, match="unknown arch"):
+    with pytest.raises(ValueError, match="policy.architecture='rnn': choose llama or lfm2"):
         rp.build_model(PolicyConfig(architecture="rnn"), 10, 0)
