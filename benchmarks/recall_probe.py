@@ -29,10 +29,10 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
 
-from rods_gym.trainer.config import PolicyConfig, load_config
+from rods_gym.trainer.config import CHOICES, PolicyConfig, load_config
 from rods_gym.trainer.policy import tiny_model_config
 
-ARCHS = ("llama", "lfm2")
+ARCHS = CHOICES[("policy", "architecture")]  # the embedded policy's architectures
 
 
 def recall_batch(n: int, pairs: int, queries: int, keys: int, values: int,

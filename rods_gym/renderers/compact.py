@@ -92,7 +92,7 @@ class CompactRenderer(Renderer):
         self._shown = list(range(N_SLOTS))  # slot table index -> the id shown as $id
         self._index = list(range(N_SLOTS))  # shown id -> slot table index
         # typed ids: per slot table index, the id shown and the value it was given to; shown id -> index
-        self._typed: list[tuple[str, Any]] = []
+        self._typed: list[tuple[str, Any]] = [("", None)] * N_SLOTS
         self._typed_index: dict[str, int] = {}
 
     def shuffle_slots(self, rng: np.random.Generator) -> None:
@@ -113,8 +113,6 @@ class CompactRenderer(Renderer):
         """``$TYPE.RANK`` of entry ``k``: given when its value entered the table (a value that took
         over an evicted entry gets a new one), the lowest rank no live value of its type holds."""
         value = self.slots.values[k]
-        while len(self._typed) <= k:
-            self._typed.append(("", None))
         token, owner = self._typed[k]
         if token and owner is value:
             return token
@@ -158,7 +156,7 @@ class CompactRenderer(Renderer):
 
     def reset(self, episode: "Episode") -> str:
         self.slots = SlotTable(N_SLOTS, self._keep_types)
-        self._typed, self._typed_index = [], {}
+        self._typed, self._typed_index = [("", None)] * N_SLOTS, {}
         tools = " ".join(f"{t} ( {' '.join(self.suite.tools[t].param_names)} )" for t in episode.available_tools())
         obs = f"tools {tools} | {self._turn_text(episode, 0)}"
         self.transcript = [obs]
