@@ -611,3 +611,74 @@ def test_a_job_killed_in_its_warm_start_resumes_there(tmp_path: Path, monkeypatc
     assert [v for _, v in sft_curve] == pytest.approx([r["loss"] for r in clean_log], abs=1e-6)
     assert [s for s, _ in scalars(tmp_path / "run" / "tensorboard" / "before_after", "eval_dev/success")] == [0, 1, 2]
     assert [s for s, _ in scalars(tmp_path / "run" / "tensorboard", "train/reward_mean")] == [1, 2]
+
+
+def test_greedy_branches_retry_the_first_miss(task_file: Path, warm_policy: Path, tmp_path: Path) -> None:
+    """``rollout.branch_size``: per task a greedy episode; where it fails, a group sampled from the state
+    before its first action that earned nothing (prefix replayed as context), trained as its own group."""
+    from rods_gym.trainer.loop import branch_returns, rollout_round
+    from rods_gym.trainer.rollout import RolloutEngine, Trajectory, branch_before_first_miss
+    from rods_gym.trainer.transcript import Transcript
+    from rods_gym.trainer.loop import rollout_settings, source_env_id, source_env_kwargs
+
+    task = seed_tasks()[0]
+    ids = [5, 6, 7, 8, 9, 10, 11]
+    tr = Trajectory(task=task, task_index=0, transcript=Transcript(ids, [0, 1, 1, 0, 1, 0, 1], [0.0] * 7),
+                    rewards=[0.5, 0.0, 0.25], action_spans=[(1, 3), (4, 5), (6, 7)], env_options={"x": 1})
+    b = branch_before_first_miss(tr)
+    assert b is not None and b.actions == ((6, 7),) and b.ids == (5, 6, 7, 8) and b.env_options == {"x": 1}
+    tr.rewards = [0.0, 0.5, 0.25]  # the first action missed: the branch is the task's start
+    b = branch_before_first_miss(tr)
+    assert b is not None and b.actions == () and b.ids == (5,)
+    tr.rewards = [0.5, -0.1, 0.0]  # a rejected call under rollout.error_penalty is a miss too
+    assert branch_before_first_miss(tr).ids == (5, 6, 7, 8)
+    tr.rewards = [0.5, 0.25, 0.25]  # failed without a miss (out of turns): nothing to retry
+    assert branch_before_first_miss(tr) is None
+    tr.rewards, tr.success = [0.5, 0.0, 0.5], True
+    assert branch_before_first_miss(tr) is None
+    for bad in ("rollout.branch_size=1", "rollout.branch_size=-2"):
+        with pytest.raises(ValueError, match="rollout.branch_size"):
+            load_config(None, [bad])
+
+    # one round: the greedy episodes' failures get branch groups of branch_size episodes that start at the miss
+    cfg = tiny_config(task_file, tmp_path / "round", **{"rollout.branch_size": "4", "rollout.tasks_per_step": "6"})
+    policy = load_policy(warm_policy)
+    source = FixedSeeds(seed_tasks(), seed=0)
+    engine = RolloutEngine(policy, source_env_id(source, cfg), rollout_settings(cfg), source_env_kwargs(source, cfg))
+    held_out = TaskSampler(default_suite(), DIFFICULTIES["easy"], seed=6).sample_many(6)
+    tasks = seed_tasks()[:2] + held_out[3:6]  # the warm start solves the first, misses the others (one after a call)
+    rnd = rollout_round(engine, source, tasks, 3, Accelerator(cpu=True), generator=torch.Generator().manual_seed(0),
+                        model=policy.model, seed=0, branch_size=4)
+    greedy, _ = engine.run(tasks, 1, greedy=True, seed=50_000)
+    assert rnd.spines == [t.success for t in greedy] and any(rnd.spines) and not all(rnd.spines)
+    assert sorted(rnd.branches) == [i for i, t in enumerate(greedy) if branch_before_first_miss(t) is not None]
+    assert any(branch_before_first_miss(greedy[i]).actions for i in rnd.branches)  # one starts after a call
+    for i, grp in rnd.branches.items():
+        point = branch_before_first_miss(greedy[i])
+        assert len(grp) == 4 and all(t.task == tasks[i] and t.prefix == point for t in grp)
+        for t in grp:
+            assert tuple(t.transcript.ids[: len(point.ids)]) == point.ids
+            assert sum(t.transcript.action_mask[: len(point.ids)]) == 0  # the replayed prefix is context
+            assert len(t.rewards) == len(t.action_spans) >= 1 and t.action_spans[0][0] >= len(point.ids)
+    assert branch_returns(list(rnd.branches.values()), 1.0).shape == (len(rnd.branches), 4)
+
+    # the loop: branch metrics logged, the update differs from plain GRPO on the same start rollouts, and a
+    # second run with the same seed repeats it exactly
+    def run(name: str, **extra: str):
+        cfg = tiny_config(task_file, tmp_path / name, steps="1", **extra)
+        policy = load_policy(warm_policy)
+        grpo_train(cfg, policy, held_out, run_dir=cfg.run_dir, accelerator=Accelerator(cpu=True))
+        return policy
+
+    plain = run("plain")
+    runs = [run(f"branch{k}", **{"rollout.branch_size": "4"}) for k in range(2)]
+    rec = [read_jsonl(tmp_path / n / "metrics.jsonl")[0] for n in ("plain", "branch0", "branch1")]
+    assert rec[1]["episodes"] == rec[0]["episodes"] == 6 and rec[1]["greedy_episodes"] == 2
+    assert rec[1]["branch_episodes"] == 4 * rec[1]["branch_groups"] >= 4
+    assert 0.0 <= rec[1]["greedy_success"] <= 1.0 and 0.0 <= rec[1]["branch_success"] <= 1.0
+    assert rec[1]["gen_tokens"] > rec[0]["gen_tokens"]  # greedy and branch episodes are generated too
+    assert "branch_groups" not in rec[0]
+    assert any(not torch.equal(a, b) for a, b in zip(plain.model.parameters(), runs[0].model.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(runs[0].model.parameters(), runs[1].model.parameters()))
+    assert {k: v for k, v in rec[1].items() if k not in TIMING_METRICS} == \
+        {k: v for k, v in rec[2].items() if k not in TIMING_METRICS}

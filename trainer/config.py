@@ -75,6 +75,13 @@ class RolloutConfig:
     # training episodes only: added to the reward of the action that completes the task, so a
     # success is worth 1 + success_bonus and a partial one only its progress. 0: off
     success_bonus: float = 0.0
+    # greedy-branch rollouts (VinePPO-style states, ARPO/TreeRL-style branching): per task and step,
+    # one greedy episode; where it fails, ``branch_size`` more episodes are sampled from the state
+    # before its first action that earned no reward (the evaluation's first miss), the prefix
+    # replayed as context. They form an advantage group of their own, so the update contrasts the
+    # actions tried at exactly the decision greedy decoding gets wrong. The task source observes
+    # only the group_size episodes from the start. 0: off (>= 2 otherwise)
+    branch_size: int = 0
 
 
 @dataclass(frozen=True)
@@ -285,6 +292,9 @@ def check_config(cfg: TrainConfig) -> None:
     for section in ("grpo", "sft"):  # a negative clip coefficient would flip the gradient's sign
         if not getattr(cfg, section).max_grad_norm > 0:
             raise ValueError(f"config {section}.max_grad_norm must be > 0, got {getattr(cfg, section).max_grad_norm}")
+    if cfg.rollout.branch_size < 0 or cfg.rollout.branch_size == 1:
+        raise ValueError(f"config rollout.branch_size must be 0 (off) or >= 2 (a branch group's advantages compare "
+                         f"its episodes), got {cfg.rollout.branch_size}")
     if cfg.rollout.turn_slack is not None and cfg.rollout.turn_slack < 0:
         raise ValueError(f"config rollout.turn_slack must be >= 0 or null (no oracle-based budget), got "
                          f"{cfg.rollout.turn_slack}")

@@ -41,7 +41,7 @@ from .grpo import (Batch, LossSettings, action_advantages, discounted_return, gr
                    state_advantages, token_logprobs, weigh_negatives)
 from .metrics import MetricsLogger
 from .policy import Policy, load_policy, save_policy
-from .rollout import RolloutEngine, RolloutSettings, RolloutStats, Trajectory
+from .rollout import RolloutEngine, RolloutSettings, RolloutStats, Trajectory, branch_before_first_miss
 from .sft import Demo, demonstrations, sft_batch_loss
 from .sources import make_source, source_env_options
 from .task_source import GroupResult, TaskSource
@@ -113,7 +113,11 @@ class RolloutRound:
     groups: list[GroupResult]  # every task's group, in task order (what the source observes)
     light: list[list[Trajectory]]  # every task's trajectories, without token streams
     local: dict[int, list[Trajectory]]  # task index -> this process's trajectories of it (with token streams)
-    stats: RolloutStats  # this process's generation/env time and tokens
+    stats: RolloutStats  # this process's generation/env time and tokens (greedy and branch episodes included)
+    # task index -> this process's branch episodes of it (rollout.branch_size): sampled from the state where
+    # the task's greedy episode first earned nothing; absent where that episode succeeded
+    branches: dict[int, list[Trajectory]] = field(default_factory=dict)
+    spines: list[bool] = field(default_factory=list)  # success of each greedy episode this process ran
 
 
 def rollout_seed(step: int, round_: int, rank: int, world: int, rounds_per_step: int) -> int:
@@ -124,10 +128,12 @@ def rollout_seed(step: int, round_: int, rank: int, world: int, rounds_per_step:
 
 def rollout_round(engine: RolloutEngine, source: TaskSource, tasks: Sequence[TaskSpec], group_size: int,
                   accelerator: Accelerator, *, generator: torch.Generator, model: Any, seed: int,
-                  gamma: float = 1.0) -> RolloutRound:
+                  gamma: float = 1.0, branch_size: int = 0) -> RolloutRound:
     """``group_size`` rollouts of every task; process ``rank`` runs tasks ``rank, rank + world, ...``
     and the summaries are gathered so every process builds the same groups. A group's returns are
-    discounted by ``gamma`` (``grpo.gamma``): the curriculum sees the returns the advantages use."""
+    discounted by ``gamma`` (``grpo.gamma``): the curriculum sees the returns the advantages use.
+    With ``branch_size`` > 0, also each task's greedy-branch episodes (``greedy_branches``), kept
+    on the process that ran them."""
     rank, world = accelerator.process_index, accelerator.num_processes
     options = [source_env_options(source, t) for t in tasks]
     mine = list(range(rank, len(tasks), world))
@@ -147,7 +153,39 @@ def rollout_round(engine: RolloutEngine, source: TaskSource, tasks: Sequence[Tas
     groups = [GroupResult(task=tasks[i], returns=tuple(discounted_return(t.rewards, gamma) for t in grp),
                           successes=tuple(t.success for t in grp), env_options=options[i])
               for i, grp in enumerate(by_task)]
-    return RolloutRound(groups, by_task, local, stats)
+    rnd = RolloutRound(groups, by_task, local, stats)
+    if branch_size > 0 and mine:
+        rnd.branches, rnd.spines = greedy_branches(engine, [tasks[i] for i in mine], mine, [options[i] for i in mine],
+                                                   branch_size, generator=generator, model=model, seed=seed,
+                                                   stats=stats)
+    return rnd
+
+
+def greedy_branches(engine: RolloutEngine, tasks: Sequence[TaskSpec], index: Sequence[int],
+                    options: Sequence[Mapping[str, Any]], branch_size: int, *, generator: torch.Generator,
+                    model: Any, seed: int, stats: RolloutStats) -> tuple[dict[int, list[Trajectory]], list[bool]]:
+    """One greedy episode of every task, and ``branch_size`` sampled episodes from the state before the
+    first action that earned nothing in each that failed (``branch_before_first_miss``). Returns task
+    index (``index[k]`` for ``tasks[k]``) -> its branch episodes, and each greedy episode's success; the
+    time and tokens of both go into ``stats``. Env reset seeds start at ``seed + 50,000`` (greedy) and
+    ``seed + 60,000`` (branches), inside the caller's block of 100,000."""
+    spines, spine_stats = engine.run(tasks, 1, greedy=True, seed=seed + 50_000, env_options=options, model=model)
+    stats.add(spine_stats)
+    points = [(k, b) for k, b in enumerate(branch_before_first_miss(tr) for tr in spines) if b is not None]
+    out: dict[int, list[Trajectory]] = {}
+    if points:
+        conts, branch_stats = engine.run([b.task for _, b in points], branch_size, generator=generator,
+                                         seed=seed + 60_000, branches=[b for _, b in points], model=model)
+        stats.add(branch_stats)
+        for tr in conts:
+            tr.task_index = index[points[tr.task_index][0]]
+            out.setdefault(tr.task_index, []).append(tr)
+    return out, [tr.success for tr in spines]
+
+
+def branch_returns(groups: Sequence[Sequence[Trajectory]], gamma: float) -> torch.Tensor:
+    """[n_groups, branch_size] discounted returns of branch groups (their actions after the branch point)."""
+    return torch.tensor([[discounted_return(t.rewards, gamma) for t in grp] for grp in groups], dtype=torch.float32)
 
 
 def select_groups(source: Any, rounds: Sequence[RolloutRound]) -> list[int]:
@@ -325,7 +363,8 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
                 if not more:
                     break
             rnd = rollout_round(engine, source, more, r.group_size, accelerator, generator=generator, model=unwrapped,
-                                seed=rollout_seed(step, round_, rank, world, 1 + refill_rounds), gamma=g.gamma)
+                                seed=rollout_seed(step, round_, rank, world, 1 + refill_rounds), gamma=g.gamma,
+                                branch_size=r.branch_size)
             source.observe(step, rnd.groups)
             rounds.append(rnd)
 
@@ -335,17 +374,21 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         kept = select_groups(source, rounds) if dynamic else list(range(len(every)))
         mine_ids = [(round_, i) for round_, i in (every[j] for j in kept) if i % world == rank]
         mine_kept = [rounds[round_].local[i] for round_, i in mine_ids]
-        trajs = [tr for grp in mine_kept for tr in grp]
+        # the kept tasks' greedy-branch groups (rollout.branch_size), each its own advantage group
+        branch_groups = [rounds[round_].branches[i] for round_, i in mine_ids if i in rounds[round_].branches]
+        train_groups = mine_kept + branch_groups
+        trajs = [tr for grp in train_groups for tr in grp]
         # the groups' own (discounted) returns, in rollout order: the ones the source observed
         returns = torch.tensor([rounds[round_].groups[i].returns for round_, i in mine_ids], dtype=torch.float32)
-        advantages = ((g.episode_weight * weigh_negatives(group_advantages(returns, g.scale_rewards, g.adv_eps),
-                                                          g.negative_weight)).view(-1).tolist() if mine_kept else [])
-        if g.action_weight > 0 and mine_kept:  # (weighted) episode advantage on every token + the action's own term
+        advantages = [a for rets in (returns, branch_returns(branch_groups, g.gamma)) if rets.numel()
+                      for a in (g.episode_weight * weigh_negatives(group_advantages(rets, g.scale_rewards, g.adv_eps),
+                                                                   g.negative_weight)).view(-1).tolist()]
+        if g.action_weight > 0 and train_groups:  # (weighted) episode advantage on every token + the action's own term
             if g.action_grouping == "state":
-                grouped = state_advantages([[(action_states(tr), tr.rewards) for tr in grp] for grp in mine_kept],
+                grouped = state_advantages([[(action_states(tr), tr.rewards) for tr in grp] for grp in train_groups],
                                            g.action_gamma, g.scale_rewards, g.adv_eps)
             else:
-                grouped = action_advantages([[tr.rewards for tr in grp] for grp in mine_kept], g.adv_eps)
+                grouped = action_advantages([[tr.rewards for tr in grp] for grp in train_groups], g.adv_eps)
             per_action = [a for grp in grouped for a in grp]
             advantages = [token_advantages(tr, a_ep, a_act, g.action_weight)
                           for tr, a_ep, a_act in zip(trajs, advantages, per_action)]
@@ -411,15 +454,22 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
 
         # 4. metrics (over all processes; rewards over every rollout of the step, refills included)
         rs = [rnd.stats for rnd in rounds]
+        branched = [grp for rnd in rounds for grp in rnd.branches.values()]  # every branch group, kept or not
         stat_vec = torch.tensor([sums[k] for k in sums] + [sum(s.gen_time for s in rs), sum(s.env_time for s in rs),
                                                            float(sum(s.gen_tokens for s in rs)), update_tokens,
                                                            float(np.mean(losses)) if losses else 0.0,
                                                            float(np.mean(grad_norms)) if grad_norms else 0.0,
-                                                           float(np.mean(ptx_losses)) if ptx_losses else 0.0])
+                                                           float(np.mean(ptx_losses)) if ptx_losses else 0.0,
+                                                           float(sum(len(rnd.spines) for rnd in rounds)),
+                                                           float(sum(sum(rnd.spines) for rnd in rounds)), float(len(branched)),
+                                                           float(sum(len(grp) for grp in branched)),
+                                                           float(sum(t.success for grp in branched for t in grp)),
+                                                           float(sum(len({t.ret for t in grp}) == 1 for grp in branched))])
         if world > 1:
             stat_vec = accelerator.reduce(stat_vec, reduction="sum")
         tot = dict(zip(list(sums) + ["gen_time", "env_time", "gen_tokens", "update_tokens", "loss", "grad_norm",
-                                    "sft_loss"],
+                                    "sft_loss", "spines", "spine_successes", "branch_groups", "branch_episodes", "branch_successes",
+                                    "branch_zero_std"],
                        stat_vec.tolist()))
         groups = [grp for rnd in rounds for grp in rnd.light]
         all_trajs = [t for grp in groups for t in grp]
@@ -454,6 +504,13 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
             "extra_rollouts": int(getattr(source, "extra_rollouts", 0)),
             "groups": len(groups), "groups_kept": len(kept), "refill_rounds": len(rounds) - 1,
         }
+        if r.branch_size > 0:  # greedy-branch rollouts: the greedy episodes, the failed ones' branch groups
+            n_branch = max(tot["branch_groups"], 1.0)
+            record.update({"greedy_episodes": int(tot["spines"]), "branch_groups": int(tot["branch_groups"]),
+                           "branch_episodes": int(tot["branch_episodes"]),
+                           "greedy_success": tot["spine_successes"] / max(tot["spines"], 1.0),
+                           "branch_success": tot["branch_successes"] / max(tot["branch_episodes"], 1.0),
+                           "branch_zero_std_frac": tot["branch_zero_std"] / n_branch if tot["branch_groups"] else 1.0})
         record.update({f"source/{k}": float(v) for k, v in source.telemetry().items()})
         history.append(record)
         if main and logger is not None and (step + 1) % cfg.log_every == 0:

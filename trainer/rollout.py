@@ -111,12 +111,34 @@ def branch_after_first_rejection(tr: "Trajectory", budget: int) -> Branch | None
     return Branch(tr.task, dict(tr.env_options), actions, tuple(ids[: tr.action_spans[k + 1][0]]))
 
 
+def branch_before_first_miss(tr: "Trajectory") -> Branch | None:
+    """The state before ``tr``'s first action that earned no reward (reward <= 0: a rejected call, a
+    call that made no progress, an early reply), when the episode failed; else None. From there a
+    group of episodes retries exactly the decision the episode got wrong (the first action of a
+    failed episode can be it: the branch then replays nothing). Branch episodes are not branched again."""
+    if tr.prefix is not None or tr.success:
+        return None
+    k = next((t for t, r in enumerate(tr.rewards) if r <= 0.0), None)
+    if k is None:
+        return None
+    ids = tr.transcript.ids
+    actions = tuple(tuple(ids[a:b]) for a, b in tr.action_spans[:k])
+    return Branch(tr.task, dict(tr.env_options), actions, tuple(ids[: tr.action_spans[k][0]]))
+
+
 @dataclass
 class RolloutStats:
     gen_time: float = 0.0
     env_time: float = 0.0
     gen_tokens: int = 0
     context_tokens: int = 0
+
+    def add(self, other: "RolloutStats") -> None:
+        """Count ``other``'s time and tokens into these."""
+        self.gen_time += other.gen_time
+        self.env_time += other.env_time
+        self.gen_tokens += other.gen_tokens
+        self.context_tokens += other.context_tokens
 
 
 @dataclass(frozen=True)
