@@ -14,9 +14,12 @@ in the training config's evaluation environment and limits (``--config``, defaul
 - **recovery**: from the state right after each greedy episode's first rejected action (the error
   observation read), ``--samples`` episodes continue sampled at ``--temperature`` (the prefix
   replayed in a fresh environment, ``RolloutEngine.run(branches=...)``). Reported: their success,
-  the progress they add after the branch point, and the share of branch points from which any
-  continuation succeeds or the continuations' returns differ at all (what a GRPO group started
-  there could learn from).
+  the progress they add after the branch point, the share of their first actions that earn
+  progress, and the share of branch points from which any continuation succeeds or the
+  continuations' returns differ at all (what a GRPO group started there could learn from).
+  ``--branch first-miss`` branches instead at the state *before* each failed greedy episode's
+  first action that earned nothing (``branch_before_first_miss``, where ``rollout.branch_size``
+  trains): how often sampling finds what greedy decoding missed.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import rods_gym.trainer  # noqa: F401  (sets OMP_WAIT_POLICY before torch loads)
 import numpy as np
 import torch
 
-from rods_gym.trainer.rollout import RolloutEngine, Trajectory, branch_after_first_rejection
+from rods_gym.trainer.rollout import RolloutEngine, Trajectory, branch_after_first_rejection, branch_before_first_miss
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:  # the helper modules next to this script (already there when run as a script)
@@ -41,6 +44,8 @@ from _policy_eval import add_split_args, eval_engine, split_tasks  # noqa: E402
 
 OUTCOMES = ("success", "failed, no rejected action", "failed after a rejection, ended",
             "failed after a rejection, truncated")
+BRANCHES = {"first-rejection": "after the first rejection (turns left)",
+            "first-miss": "before the first action that earned nothing, failed episodes"}
 NEXT = ("same call again", "same tool, other arguments", "another tool", "reply", "ask", "other (malformed)",
         "nothing (episode over)")
 
@@ -71,7 +76,8 @@ def action_texts(engine: RolloutEngine, tr: Trajectory) -> list[str]:
 
 
 def analyse(policy_dir: str | Path, tasks: Sequence[Any], *, config: str = "default", samples: int = 8,
-            temperature: float = 0.7, seed: int = 0, overrides: Sequence[str] = ()) -> dict[str, Any]:
+            temperature: float = 0.7, seed: int = 0, overrides: Sequence[str] = (),
+            branch: str = "first-rejection") -> dict[str, Any]:
     """Outcome shares, next-action counts after rejections and recovery figures of one policy."""
     engine = eval_engine(policy_dir, config, temperature, overrides)
     if engine.mode != "compact":
@@ -85,15 +91,20 @@ def analyse(policy_dir: str | Path, tasks: Sequence[Any], *, config: str = "defa
         for k, rejected in enumerate(tr.rejected):
             if rejected:
                 after[next_kind(texts[k], texts[k + 1] if k + 1 < len(texts) else None)] += 1
-    branches = [b for b in (branch_after_first_rejection(tr, engine.action_budget(tr.task)) for tr in greedy)
-                if b is not None]
-    recovery: dict[str, Any] = {"branch_points": len(branches)}
+    if branch not in BRANCHES:
+        raise ValueError(f"branch {branch!r}: choose one of {sorted(BRANCHES)}")
+    points = (branch_after_first_rejection(tr, engine.action_budget(tr.task)) if branch == "first-rejection"
+              else branch_before_first_miss(tr) for tr in greedy)
+    branches = [b for b in points if b is not None]
+    recovery: dict[str, Any] = {"branch": branch, "branch_points": len(branches)}
     if branches and samples > 0:
         conts, _ = engine.run([b.task for b in branches], samples, seed=1_000_000, branches=branches,
                               generator=torch.Generator().manual_seed(seed))  # each in its episode's env options
         returns = np.array([c.ret for c in conts]).reshape(len(branches), samples)
         wins = np.array([c.success for c in conts]).reshape(len(branches), samples)
+        first = np.array([bool(c.rewards) and c.rewards[0] > 0 for c in conts]).reshape(len(branches), samples)
         recovery.update(samples=samples, success=float(wins.mean()), progress_added=float(returns.mean()),
+                        first_action_progress=float(first.mean()), any_first_action_progress=float(first.any(axis=1).mean()),
                         any_success=float(wins.any(axis=1).mean()), returns_differ=float((returns.std(axis=1) > 0).mean()))
     n = len(greedy)
     return {"policy": str(policy_dir), "tasks": n, "success": outcomes[OUTCOMES[0]] / n,
@@ -108,10 +119,12 @@ def markdown(reports: Sequence[dict[str, Any]], temperature: float) -> str:
     rows.append("| rejected actions | " + " | ".join(str(r["rejections"]) for r in reports) + " |")
     rows += [f"| next: {k} | " + " | ".join(f"{r['after_rejection'][k] / max(r['rejections'], 1):.3f}" for r in reports)
              + " |" for k in NEXT]
-    rows.append("| branch points (first rejection, turns left) | "
+    rows.append(f"| branch points ({BRANCHES[reports[0]['recovery']['branch']]}) | "
                 + " | ".join(str(r["recovery"]["branch_points"]) for r in reports) + " |")
     for key, label in (("success", f"continuations at T={temperature:g}: success"),
                        ("progress_added", "continuations: progress added"),
+                       ("first_action_progress", "continuations whose first action earns progress"),
+                       ("any_first_action_progress", "branch points where one first action earns progress"),
                        ("any_success", "branch points with a successful continuation"),
                        ("returns_differ", "branch points whose continuations' returns differ")):
         rows.append(f"| {label} | " + " | ".join(f"{r['recovery'][key]:.3f}" if key in r["recovery"] else "-"
@@ -124,13 +137,16 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("policies", nargs="+", help="policy directories")
     add_split_args(ap, samples=8, samples_help="sampled continuations per branch point (0: none)",
                    out_help="also write the reports as JSON here")
+    ap.add_argument("--branch", choices=sorted(BRANCHES), default="first-rejection",
+                    help="where continuations start: after the first rejected action, or before the first action "
+                         "that earned nothing")
     args = ap.parse_args(argv)
     if args.samples < 0 or args.temperature <= 0:
         ap.error("--samples must be >= 0 and --temperature > 0")
     torch.set_num_threads(args.threads)
     tasks = split_tasks(args)
     reports = [analyse(p, tasks, config=args.config, samples=args.samples, temperature=args.temperature,
-                       seed=args.seed, overrides=args.set) for p in args.policies]
+                       seed=args.seed, overrides=args.set, branch=args.branch) for p in args.policies]
     print(markdown(reports, args.temperature))
     if args.out:
         Path(args.out).write_text(json.dumps(reports, indent=2))

@@ -13,6 +13,13 @@ training figures of any other setting compare with it quarter by quarter. After 
 split is evaluated as the main job does (greedy, plus ``eval.samples`` episodes per task at the
 rollout temperature). Overrides are the training config's (``--config``, default the main job's).
 Writes ``OUT/probe.json``; GRPO checkpoints land in ``OUT/checkpoints``.
+
+``--fit N`` asks the opposite question, whether GRPO can fit tasks at all: the training tasks are the
+first N train-split tasks the starting policy fails greedily, all N in every step
+(``rollout.tasks_per_step`` = N, the fixed source), and the report adds the greedy success on them
+after training (0 before, by construction) beside the test figures.
+
+    python benchmarks/grpo_probe.py runs/default/sft_policy /tmp/fit --fit 16 --steps 40 grpo.lr=2e-4
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import torch
 from accelerate import Accelerator
 
 from rods_gym.envs.build_tasksets import demonstration_tasks
+from rods_gym.task import TaskSpec
 from rods_gym.trainer.config import load_config
 from rods_gym.trainer.evaluation import figures_line
 from rods_gym.trainer.loop import env_kwargs, eval_settings, evaluate_sets, grpo_train
@@ -51,14 +59,30 @@ def quarters(history: Sequence[dict[str, Any]], parts: int = 4) -> list[dict[str
     return out
 
 
+def failed_tasks(engine: RolloutEngine, tasks: Sequence[TaskSpec], n: int) -> list[TaskSpec]:
+    """The first ``n`` of ``tasks`` whose greedy episode fails (in order)."""
+    out: list[TaskSpec] = []
+    for start in range(0, len(tasks), 64):
+        trajs, _ = engine.run(tasks[start:start + 64], 1, greedy=True, seed=start)
+        out += [t.task for t in trajs if not t.success]
+        if len(out) >= n:
+            return out[:n]
+    raise ValueError(f"--fit {n}: the policy fails only {len(out)} of the {len(tasks)} train tasks greedily")
+
+
 def probe(policy_dir: str | Path, out: str | Path, *, steps: int, data_seed: int = 777, config: str = "default",
-          overrides: Sequence[str] = (), eval_tasks: int = 400, threads: int = 1) -> dict[str, Any]:
-    """GRPO from ``policy_dir`` for ``steps`` steps on fresh tasks; the run's quarters and test figures."""
+          overrides: Sequence[str] = (), eval_tasks: int = 400, threads: int = 1, fit: int = 0) -> dict[str, Any]:
+    """GRPO from ``policy_dir`` for ``steps`` steps on fresh tasks (or, with ``fit``, on that many train
+    tasks it fails, all in every step); the run's quarters and test figures."""
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
+    if fit < 0:
+        raise ValueError(f"--fit must be >= 0 (0: fresh tasks), got {fit}")
+    if fit:
+        overrides = [*overrides, f"rollout.tasks_per_step={fit}"]
     out = Path(out)
     base = load_config(config, list(overrides))
-    if base.sft.data == "sampled" and data_seed == base.sft.data_seed:
+    if not fit and base.sft.data == "sampled" and data_seed == base.sft.data_seed:
         raise ValueError(f"--data-seed {data_seed} is the warm start's own sft.data_seed: its demonstrations "
                          "would be the training tasks; pick another seed")
     cfg = load_config(config, [*overrides, f"run_dir={out}", f"steps={steps}", "time_limit_min=0", "progress_bar=false",
@@ -66,20 +90,26 @@ def probe(policy_dir: str | Path, out: str | Path, *, steps: int, data_seed: int
     torch.set_num_threads(threads)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    tasks = demonstration_tasks(steps * cfg.rollout.tasks_per_step, seed=data_seed)
     policy = load_policy(policy_dir, dtype=cfg.policy.dtype)
+    engine = RolloutEngine(policy, cfg.data.env_id, eval_settings(cfg), env_kwargs(cfg))
+    if fit:
+        tasks = failed_tasks(engine, load_tasks(cfg.data.train_split, cfg.data), fit)
+    else:
+        tasks = demonstration_tasks(steps * cfg.rollout.tasks_per_step, seed=data_seed)
     accelerator = Accelerator(cpu=True)
     t0 = time.perf_counter()
     result = grpo_train(cfg, policy, load_tasks(cfg.data.train_split, cfg.data), run_dir=out, accelerator=accelerator,
                         source=FixedSeeds(tasks, seed=cfg.seed))
     seconds = time.perf_counter() - t0
-    engine = RolloutEngine(policy, cfg.data.env_id, eval_settings(cfg), env_kwargs(cfg))
     test = spread(load_tasks("test", cfg.data), eval_tasks)
     figures = evaluate_sets(engine, {"test": test}, accelerator, cfg.eval.batch_episodes, policy.model,
                             cfg.eval.samples, cfg.seed)["test"]
     report = {"policy": str(policy_dir), "overrides": list(overrides), "steps": result.steps_done,
               "tasks_per_step": cfg.rollout.tasks_per_step, "group_size": cfg.rollout.group_size,
               "data_seed": data_seed, "grpo_seconds": seconds, "quarters": quarters(result.history), "test": figures}
+    if fit:
+        fitted, _ = engine.run(tasks, 1, greedy=True, seed=0)
+        report.update(data_seed=None, fit={"tasks": fit, "greedy_success": float(np.mean([t.success for t in fitted]))})
     (out / "probe.json").write_text(json.dumps(report, indent=2))
     return report
 
@@ -93,16 +123,21 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--config", default="default", help="training config (default: the main job's)")
     ap.add_argument("--eval-tasks", type=int, default=400, help="test tasks evaluated after training")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--fit", type=int, default=0, metavar="N",
+                    help="train on the first N train tasks the policy fails greedily, all N every step (0: fresh tasks)")
     ap.add_argument("overrides", nargs="*", help="config overrides, key=value (e.g. grpo.lr=3e-4)")
     args = ap.parse_intermixed_args(argv)  # overrides may follow the options
     try:
         report = probe(args.policy, args.out, steps=args.steps, data_seed=args.data_seed, config=args.config,
-                       overrides=args.overrides, eval_tasks=args.eval_tasks, threads=args.threads)
+                       overrides=args.overrides, eval_tasks=args.eval_tasks, threads=args.threads, fit=args.fit)
     except ValueError as exc:
         ap.error(str(exc))
     for q in report["quarters"]:
         print(f"steps {q['steps'][0]}-{q['steps'][1]}: success {q['success']:.3f} progress {q['progress']:.3f} "
               f"tool errors/action {q['tool_error_rate']:.3f} entropy {q['entropy']:.3f}")
+    if "fit" in report:
+        print(f"fitted tasks ({report['fit']['tasks']}, all failed greedily before): greedy success "
+              f"{report['fit']['greedy_success']:.3f}")
     print(f"test ({report['test']['episodes']} tasks): greedy {figures_line(report['test'])}; "
           f"GRPO {report['grpo_seconds']:.0f}s")
     return report

@@ -168,3 +168,25 @@ def test_grpo_probe_rejects_the_warm_starts_own_tasks_and_no_steps(gp, tmp_path:
     for bad in (["--data-seed", "505"], ["--steps", "0"]):
         with pytest.raises(SystemExit):
             gp.main(["unused", str(tmp_path / "x"), *bad])
+
+
+def test_grpo_probe_fit_trains_on_train_tasks_the_policy_fails(gp, tmp_path: Path, capsys) -> None:
+    from rods_gym.trainer.config import load_config
+    from rods_gym.trainer.loop import env_kwargs, eval_settings
+    from rods_gym.trainer.policy import load_policy
+
+    write_jsonl(easy_seed_tasks(), tmp_path / "train.jsonl")
+    weak = warm_tiny_policy(tmp_path / "weak", sft_steps=2)  # fails every easy seed greedily
+    split = [f"data.train_split={tmp_path / 'train.jsonl'}"]
+    report = gp.main([str(weak), str(tmp_path / "fit"), "--fit", "3", *PROBE_SMOKE, *split, "grpo.lr=1e-3"])
+    assert report["fit"]["tasks"] == 3 == report["tasks_per_step"] and 0.0 <= report["fit"]["greedy_success"] <= 1.0
+    cfg = load_config("default", ["rollout.max_turns=4", *split])
+    engine = gp.RolloutEngine(load_policy(weak), cfg.data.env_id, eval_settings(cfg), env_kwargs(cfg))
+    failed = gp.failed_tasks(engine, easy_seed_tasks(), 3)
+    assert len(failed) == 3 and not any(t.success for t in engine.run(failed, 1, greedy=True)[0])
+    strong = warm_tiny_policy(tmp_path / "strong", sft_steps=80)  # solves most seeds: too few failures to fit 12
+    with pytest.raises(SystemExit):
+        gp.main([str(strong), str(tmp_path / "x"), "--fit", "12", *PROBE_SMOKE, *split])
+    assert "train tasks greedily" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        gp.main([str(weak), str(tmp_path / "x"), "--fit", "-1"])
