@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import TIMING_METRICS
+
 from rods_gym import DIFFICULTIES, TaskSampler, default_suite, write_jsonl
 from rods_gym.trainer.config import PolicyConfig, SFTConfig
 from rods_gym.trainer.policy import build_tiny_policy, load_policy, save_policy
@@ -31,7 +33,7 @@ WORKER = textwrap.dedent("""
     from rods_gym.trainer.policy import load_policy
     from rods_gym.trainer.sft import make_demonstrations, pad_right, sft_loss
 
-    out, task_file, warm = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+    out, task_file, warm, held_out_file = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
     acc = Accelerator(cpu=True)
     rank, world = acc.process_index, acc.num_processes
     seeds = read_jsonl(task_file)
@@ -50,13 +52,16 @@ WORKER = textwrap.dedent("""
     synced = torch.cat([p.grad.flatten() for p in model.parameters()])
     every_local = acc.gather(local[None])  # [world, n]
 
-    # 2. two GRPO steps of the real loop, each rank rolling out its share of the tasks
+    # 2. two GRPO steps of the real loop, each rank rolling out its share of the tasks, with greedy-branch
+    #    groups (each rank branches its own tasks' failures, so the ranks train on different numbers of rows;
+    #    on tasks the warm start has not seen, so that its greedy episodes fail)
     cfg = load_config(None, [f"run_dir={out / 'run'}", "steps=2", "time_limit_min=0", "checkpoint_every=0",
                              "tensorboard=false", "progress_bar=false", "rollout.group_size=3",
                              "rollout.tasks_per_step=4", "rollout.max_action_tokens=8", "rollout.max_turns=4",
-                             "grpo.lr=1e-3", "grpo.micro_batch_size=4", "grpo.minibatches=2"])
+                             "grpo.lr=1e-3", "grpo.micro_batch_size=4", "grpo.minibatches=2",
+                             "rollout.branch_size=3"])
     trained = load_policy(warm)
-    result = grpo_train(cfg, trained, seeds, run_dir=cfg.run_dir, accelerator=acc)
+    result = grpo_train(cfg, trained, read_jsonl(held_out_file), run_dir=cfg.run_dir, accelerator=acc)
 
     # 3. the same with the PPO-ptx term: each rank imitates its own demonstrations, DDP averages them
     ptx_cfg = load_config(None, [f"run_dir={out / 'ptx'}", "steps=2", "time_limit_min=0", "checkpoint_every=0",
@@ -103,6 +108,7 @@ def test_two_cpu_processes_average_gradients_and_stay_identical(tmp_path: Path) 
     assert launcher is not None, "the accelerate launcher is part of the train extra"
     tasks = TaskSampler(default_suite(), DIFFICULTIES["easy"], seed=5).sample_many(12)
     write_jsonl(tasks, tmp_path / "seeds.jsonl")
+    write_jsonl(TaskSampler(default_suite(), DIFFICULTIES["easy"], seed=6).sample_many(8), tmp_path / "held_out.jsonl")
     warm = _warm_policy(tmp_path / "warm", tasks)
     (tmp_path / "worker.py").write_text(WORKER)
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
@@ -110,7 +116,8 @@ def test_two_cpu_processes_average_gradients_and_stay_identical(tmp_path: Path) 
     # runs them as MULTI_CPU over gloo (accelerate's --cpu flag alone starts a single process)
     proc = subprocess.run([launcher, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
                            "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29533",
-                           str(tmp_path / "worker.py"), str(tmp_path), str(tmp_path / "seeds.jsonl"), str(warm)],
+                           str(tmp_path / "worker.py"), str(tmp_path), str(tmp_path / "seeds.jsonl"), str(warm),
+                           str(tmp_path / "held_out.jsonl")],
                           capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1))
@@ -122,6 +129,11 @@ def test_two_cpu_processes_average_gradients_and_stay_identical(tmp_path: Path) 
     assert torch.equal(r0["every_local"][1], r1["local"])
     # training: both ranks end with the same weights, which moved from the start
     assert torch.equal(r0["weights"], r1["weights"])
+    # the branch counts are summed over both ranks: one greedy episode per task of the step
+    untimed = [[{k: v for k, v in h.items() if k not in TIMING_METRICS} for h in r["history"]] for r in (r0, r1)]
+    assert [h["greedy_episodes"] for h in r0["history"]] == [4, 4] and untimed[0] == untimed[1]
+    assert all(h["branch_episodes"] == 3 * h["branch_groups"] for h in r0["history"])
+    assert sum(h["branch_groups"] for h in r0["history"]) > 0
     start = torch.cat([p.detach().flatten() for p in load_policy(warm).model.parameters()])
     assert not torch.allclose(r0["weights"], start)
     # with the PPO-ptx term too (different demonstrations per rank): identical weights, unlike the plain run's
