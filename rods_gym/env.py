@@ -179,11 +179,13 @@ class ToolChainEnv(gym.Env):
         if ep is None:
             raise RuntimeError("call reset() before step()")
         renderer = self.renderer
+        before = len(ep.satisfied) + ep.answered
         outcome = ep.step(renderer.decode(action))
         obs = renderer.observe(ep, outcome)
         done = len(ep.satisfied) + ep.answered  # ep.progress and ep.success, inlined (as _info)
         info = {"progress": done / ep.c.n_required, "success": done == ep.c.n_required, "error": outcome.error,
-                "turn": ep.turn, "step": ep.steps, "task_id": ep.task.id, "signature": self._signature}
+                "effect": outcome.effect(done > before), "turn": ep.turn, "step": ep.steps, "task_id": ep.task.id,
+                "signature": self._signature}
         if self.mode == "chat":
             info["new_messages"] = list(self.renderer.new_messages)  # type: ignore[attr-defined]
         if self.render_mode == "human":

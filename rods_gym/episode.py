@@ -27,6 +27,12 @@ from .world import WorldState
 ERROR_CLASSES = ("none", "malformed", "too_long", "unknown_tool", "unavailable_tool", "locked_tool",
                  "invalid_arguments", "execution_error", "episode_over")
 MAX_REPLY_CHARS = 4000
+# what an action did, in env.step's info["effect"]: rejected (an error class other than none);
+# progress (a required call satisfied, or the final answer given); revealed (the user answered an
+# ask with withheld facts); unlocked (the user unlocked tools); turn (the conversation moved to its
+# next turn); none (accepted, but nothing the task needs changed: a call with wrong arguments, an
+# ask with nothing to add, a final reply without the answer)
+EFFECTS = ("rejected", "progress", "revealed", "unlocked", "turn", "none")
 
 
 @dataclass(frozen=True)
@@ -131,6 +137,21 @@ class StepOutcome:
     truncated: bool = False
     error: str = "none"
     events: list[dict[str, Any]] = field(default_factory=list)
+
+    def effect(self, progressed: bool) -> str:
+        """What the action did (one of ``EFFECTS``); ``progressed``: whether the task's progress rose."""
+        if self.error != "none":
+            return "rejected"
+        if progressed:
+            return "progress"
+        for event in self.events:
+            if event.get("facts"):
+                return "revealed"
+            if event.get("unlocked"):
+                return "unlocked"
+            if "turn" in event:
+                return "turn"
+        return "none"
 
 
 class Episode:

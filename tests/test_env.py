@@ -398,3 +398,31 @@ def test_slot_ids_option_is_checked() -> None:
     check_env(ToolChainEnv(mode="compact", slot_ids="typed"), skip_render_check=True)
     env = gym.make("rods/ToolChain-Compact-v0", slot_ids="shuffled")
     assert env.unwrapped.renderer.slot_ids == "shuffled"
+
+
+def test_info_effect_says_what_each_action_did() -> None:
+    """``info["effect"]``: every oracle action of the checked-in train tasks does something the task needs
+    (progress where it earns reward; else reveals facts, unlocks tools or moves to the next turn), while a
+    rejected call, an ask with nothing to add and a final reply without the answer are told apart."""
+    from rods_gym.env import load_split
+    from rods_gym.episode import EFFECTS
+
+    tasks = load_split("train")[:120]
+    env = ToolChainEnv(mode="compact", task_set=tasks)
+    seen = set()
+    for task in tasks:
+        env.reset(options={"task": task})
+        done = False
+        while not done:
+            _, r, term, trunc, info = env.step(env.oracle_action())
+            assert info["effect"] in EFFECTS[1:5], (task.id, info)
+            assert (info["effect"] == "progress") == (r > 0), (task.id, info, r)
+            seen.add(info["effect"])
+            done = term or trunc
+    assert seen == {"progress", "revealed", "unlocked", "turn"}  # the train tasks exercise every kind
+    task = next(t for t in tasks if len(t.turns) == 1 and not t.turns[0].withheld and not t.turns[0].locked)
+    env.reset(options={"task": task})
+    assert env.step("call no_such_tool")[4]["effect"] == "rejected"
+    assert env.step("ask")[4]["effect"] == "none"  # nothing withheld: nothing to add
+    _, _, term, _, info = env.step("reply")
+    assert term and info["effect"] == "none" and not info["success"]
