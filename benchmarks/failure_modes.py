@@ -18,8 +18,8 @@ in the training config's evaluation environment and limits (``--config``, defaul
   progress, and the share of branch points from which any continuation succeeds or the
   continuations' returns differ at all (what a GRPO group started there could learn from).
   ``--branch first-miss`` branches instead at the state *before* each failed greedy episode's
-  first action that earned nothing (``branch_before_first_miss``, where ``rollout.branch_size``
-  trains): how often sampling finds what greedy decoding missed.
+  first miss, an action rejected or without effect (``branch_before_first_miss``, where
+  ``rollout.branch_size`` trains): how often sampling finds what greedy decoding missed.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from _policy_eval import add_split_args, eval_engine, split_tasks  # noqa: E402
 OUTCOMES = ("success", "failed, no rejected action", "failed after a rejection, ended",
             "failed after a rejection, truncated")
 BRANCHES = {"first-rejection": "after the first rejection (turns left)",
-            "first-miss": "before the first action that earned nothing, failed episodes"}
+            "first-miss": "before the first miss (rejected or no effect), failed episodes"}
 NEXT = ("same call again", "same tool, other arguments", "another tool", "reply", "ask", "other (malformed)",
         "nothing (episode over)")
 
@@ -138,8 +138,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     add_split_args(ap, samples=8, samples_help="sampled continuations per branch point (0: none)",
                    out_help="also write the reports as JSON here")
     ap.add_argument("--branch", choices=sorted(BRANCHES), default="first-rejection",
-                    help="where continuations start: after the first rejected action, or before the first action "
-                         "that earned nothing")
+                    help="where continuations start: after the first rejected action, or before the first miss "
+                         "(an action rejected or without effect)")
     args = ap.parse_args(argv)
     if args.samples < 0 or args.temperature <= 0:
         ap.error("--samples must be >= 0 and --temperature > 0")

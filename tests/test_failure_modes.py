@@ -50,11 +50,11 @@ def test_reports_add_up_and_recovery_runs_from_every_branch_point(fm, tmp_path: 
     assert "branch points whose continuations' returns differ" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         fm.main([str(weak), "--temperature", "0"])
-    # --branch first-miss: one branch point per failed greedy episode that took an action earning nothing
+    # --branch first-miss: at most one branch point per failed greedy episode (one with a miss)
     (m,) = fm.main([str(weak), "--split", str(tmp_path / "tasks.jsonl"), "--samples", "2", "--branch", "first-miss"])
     assert m["recovery"]["branch"] == "first-miss" and m["outcomes"] == r["outcomes"]
-    assert m["recovery"]["branch_points"] >= r["recovery"]["branch_points"]  # every failure here missed early
+    assert 0 < m["recovery"]["branch_points"] <= round(6 * (1.0 - m["success"]))
     assert 0.0 <= m["recovery"]["first_action_progress"] <= m["recovery"]["any_first_action_progress"] <= 1.0
-    assert "before the first action that earned nothing" in capsys.readouterr().out
+    assert "before the first miss (rejected or no effect)" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         fm.main([str(weak), "--branch", "middle"])

@@ -616,10 +616,10 @@ def test_a_job_killed_in_its_warm_start_resumes_there(tmp_path: Path, monkeypatc
 def test_greedy_branches_retry_the_first_miss(task_file: Path, warm_policy: Path, tmp_path: Path) -> None:
     """``rollout.branch_size``: per task a greedy episode; where it fails, a group sampled from the state
     before its first action that earned nothing (prefix replayed as context), trained as its own group."""
-    from rods_gym.trainer.loop import branch_returns, rollout_round
-    from rods_gym.trainer.rollout import RolloutEngine, Trajectory, branch_before_first_miss
+    from rods_gym.trainer.loop import (branch_counts, branch_returns, rollout_round, rollout_settings, source_env_id,
+                                       source_env_kwargs)
+    from rods_gym.trainer.rollout import RolloutEngine, Trajectory, branch_before_first_miss, first_miss
     from rods_gym.trainer.transcript import Transcript
-    from rods_gym.trainer.loop import rollout_settings, source_env_id, source_env_kwargs
 
     task = seed_tasks()[0]
     ids = [5, 6, 7, 8, 9, 10, 11]
@@ -636,9 +636,21 @@ def test_greedy_branches_retry_the_first_miss(task_file: Path, warm_policy: Path
     assert branch_before_first_miss(tr) is None
     tr.rewards, tr.success = [0.5, 0.0, 0.5], True
     assert branch_before_first_miss(tr) is None
+    # with the env's effects recorded, an ask that reveals facts or a reply that opens the next turn is no miss
+    tr.rewards, tr.success, tr.reset_seed = [0.0, 0.5, 0.0], False, 7
+    tr.effects = ["revealed", "progress", "none"]
+    assert first_miss(tr) == 2 and branch_before_first_miss(tr).ids == (5, 6, 7, 8, 9, 10)
+    assert branch_before_first_miss(tr).seed == 7  # its episodes reset like the one it came from
+    tr.effects = ["turn", "rejected", "progress"]
+    assert first_miss(tr) == 1
+    tr.effects = ["turn", "progress", "unlocked"]
+    assert first_miss(tr) is None and branch_before_first_miss(tr) is None
     for bad in ("rollout.branch_size=1", "rollout.branch_size=-2"):
         with pytest.raises(ValueError, match="rollout.branch_size"):
             load_config(None, [bad])
+    with pytest.raises(ValueError, match="rollout.branch_size=3 with the dynamic-sampling source"):
+        cfg = tiny_config(task_file, tmp_path / "dapo", steps="1", **{"rollout.branch_size": "3", "data.source": "dapo"})
+        grpo_train(cfg, load_policy(warm_policy), seed_tasks(), run_dir=cfg.run_dir, accelerator=Accelerator(cpu=True))
 
     # one round: the greedy episodes' failures get branch groups of branch_size episodes that start at the miss
     cfg = tiny_config(task_file, tmp_path / "round", **{"rollout.branch_size": "4", "rollout.tasks_per_step": "6"})
@@ -650,7 +662,8 @@ def test_greedy_branches_retry_the_first_miss(task_file: Path, warm_policy: Path
     rnd = rollout_round(engine, source, tasks, 3, Accelerator(cpu=True), generator=torch.Generator().manual_seed(0),
                         model=policy.model, seed=0, branch_size=4)
     greedy, _ = engine.run(tasks, 1, greedy=True, seed=50_000)
-    assert rnd.spines == [t.success for t in greedy] and any(rnd.spines) and not all(rnd.spines)
+    assert all(t.effects and len(t.effects) == t.turns for t in greedy)  # the env's info["effect"], per action
+    assert rnd.greedy_success == [t.success for t in greedy] and any(rnd.greedy_success) and not all(rnd.greedy_success)
     assert sorted(rnd.branches) == [i for i, t in enumerate(greedy) if branch_before_first_miss(t) is not None]
     assert any(branch_before_first_miss(greedy[i]).actions for i in rnd.branches)  # one starts after a call
     for i, grp in rnd.branches.items():
@@ -661,6 +674,10 @@ def test_greedy_branches_retry_the_first_miss(task_file: Path, warm_policy: Path
             assert sum(t.transcript.action_mask[: len(point.ids)]) == 0  # the replayed prefix is context
             assert len(t.rewards) == len(t.action_spans) >= 1 and t.action_spans[0][0] >= len(point.ids)
     assert branch_returns(list(rnd.branches.values()), 1.0).shape == (len(rnd.branches), 4)
+    counts = branch_counts([rnd], 1.0)
+    assert counts["greedy_episodes"] == 5 and counts["branch_groups"] == len(rnd.branches)
+    assert counts["branch_episodes"] == 4 * len(rnd.branches)
+    assert counts["branch_zero_std"] == sum(len({t.ret for t in grp}) == 1 for grp in rnd.branches.values())
 
     # the loop: branch metrics logged, the update differs from plain GRPO on the same start rollouts, and a
     # second run with the same seed repeats it exactly
@@ -675,8 +692,14 @@ def test_greedy_branches_retry_the_first_miss(task_file: Path, warm_policy: Path
     rec = [read_jsonl(tmp_path / n / "metrics.jsonl")[0] for n in ("plain", "branch0", "branch1")]
     assert rec[1]["episodes"] == rec[0]["episodes"] == 6 and rec[1]["greedy_episodes"] == 2
     assert rec[1]["branch_episodes"] == 4 * rec[1]["branch_groups"] >= 4
-    assert 0.0 <= rec[1]["greedy_success"] <= 1.0 and 0.0 <= rec[1]["branch_success"] <= 1.0
+    assert 0.0 <= rec[1]["train_greedy_success"] <= 1.0 and 0.0 <= rec[1]["branch_success"] <= 1.0
+    assert 0.0 <= rec[1]["branch_zero_std_frac"] <= 1.0
     assert rec[1]["gen_tokens"] > rec[0]["gen_tokens"]  # greedy and branch episodes are generated too
+    # the augmented twin rewords each episode from its reset seed: branch episodes reset with their greedy
+    # episode's seed, so the replayed prefix matches (with each episode's own seed, replay would refuse it)
+    run("augment", **{"rollout.branch_size": "3", "data.source": "augment"})
+    aug = read_jsonl(tmp_path / "augment" / "metrics.jsonl")[0]
+    assert aug["branch_groups"] >= 1 and aug["branch_episodes"] == 3 * aug["branch_groups"]
     assert "branch_groups" not in rec[0]
     assert any(not torch.equal(a, b) for a, b in zip(plain.model.parameters(), runs[0].model.parameters()))
     assert all(torch.equal(a, b) for a, b in zip(runs[0].model.parameters(), runs[1].model.parameters()))

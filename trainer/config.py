@@ -77,8 +77,8 @@ class RolloutConfig:
     success_bonus: float = 0.0
     # greedy-branch rollouts (VinePPO-style states, ARPO/TreeRL-style branching): per task and step,
     # one greedy episode; where it fails, ``branch_size`` more episodes are sampled from the state
-    # before its first action that earned no reward (the evaluation's first miss), the prefix
-    # replayed as context. They form an advantage group of their own, so the update contrasts the
+    # before its first miss (an action rejected or without effect, the env's info["effect"]), the
+    # prefix replayed as context. They form an advantage group of their own, so the update contrasts the
     # actions tried at exactly the decision greedy decoding gets wrong. The task source observes
     # only the group_size episodes from the start. 0: off (>= 2 otherwise)
     branch_size: int = 0

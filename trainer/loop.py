@@ -114,29 +114,36 @@ class RolloutRound:
     light: list[list[Trajectory]]  # every task's trajectories, without token streams
     local: dict[int, list[Trajectory]]  # task index -> this process's trajectories of it (with token streams)
     stats: RolloutStats  # this process's generation/env time and tokens (greedy and branch episodes included)
-    # task index -> this process's branch episodes of it (rollout.branch_size): sampled from the state where
-    # the task's greedy episode first earned nothing; absent where that episode succeeded
+    # task index -> this process's branch episodes of it (rollout.branch_size): sampled from the state before
+    # the first miss of the task's greedy episode; absent where that episode succeeded or had no miss
     branches: dict[int, list[Trajectory]] = field(default_factory=dict)
-    spines: list[bool] = field(default_factory=list)  # success of each greedy episode this process ran
+    greedy_success: list[bool] = field(default_factory=list)  # of each greedy episode this process ran
+
+
+ROLLOUT_SEED_BLOCK = 100_000  # env reset seeds per (step, round, process)
+GREEDY_SEED_OFFSET = 50_000  # greedy episodes' reset seeds, after the start episodes', inside the block
 
 
 def rollout_seed(step: int, round_: int, rank: int, world: int, rounds_per_step: int) -> int:
     """The first env reset seed of one process's rollouts in one round of a step (round 0: the
     step's batch, 1..: refills); every (step, round, process) gets its own block of 100,000 seeds."""
-    return ((step * rounds_per_step + round_) * world + rank) * 100_000
+    return ((step * rounds_per_step + round_) * world + rank) * ROLLOUT_SEED_BLOCK
 
 
 def rollout_round(engine: RolloutEngine, source: TaskSource, tasks: Sequence[TaskSpec], group_size: int,
                   accelerator: Accelerator, *, generator: torch.Generator, model: Any, seed: int,
-                  gamma: float = 1.0, branch_size: int = 0) -> RolloutRound:
+                  gamma: float = 1.0, branch_size: int = 0, branch_seed: int = 0) -> RolloutRound:
     """``group_size`` rollouts of every task; process ``rank`` runs tasks ``rank, rank + world, ...``
     and the summaries are gathered so every process builds the same groups. A group's returns are
     discounted by ``gamma`` (``grpo.gamma``): the curriculum sees the returns the advantages use.
-    With ``branch_size`` > 0, also each task's greedy-branch episodes (``greedy_branches``), kept
-    on the process that ran them."""
+    With ``branch_size`` > 0, also each task's greedy-branch episodes (``greedy_branches``, sampled
+    from a generator seeded with ``branch_seed``), kept on the process that ran them."""
     rank, world = accelerator.process_index, accelerator.num_processes
     options = [source_env_options(source, t) for t in tasks]
     mine = list(range(rank, len(tasks), world))
+    if len(mine) * max(group_size, 1) > GREEDY_SEED_OFFSET:
+        raise ValueError(f"{len(mine)} tasks x {group_size} rollouts on one process exceed the "
+                         f"{GREEDY_SEED_OFFSET:,} env reset seeds of a round")
     trajs, stats = [], RolloutStats()
     if mine:
         trajs, stats = engine.run([tasks[i] for i in mine], group_size, generator=generator, seed=seed,
@@ -155,37 +162,54 @@ def rollout_round(engine: RolloutEngine, source: TaskSource, tasks: Sequence[Tas
               for i, grp in enumerate(by_task)]
     rnd = RolloutRound(groups, by_task, local, stats)
     if branch_size > 0 and mine:
-        rnd.branches, rnd.spines = greedy_branches(engine, [tasks[i] for i in mine], mine, [options[i] for i in mine],
-                                                   branch_size, generator=generator, model=model, seed=seed,
-                                                   stats=stats)
+        branch_gen = torch.Generator(device=generator.device).manual_seed(branch_seed)
+        rnd.branches, rnd.greedy_success, branch_stats = greedy_branches(
+            engine, tasks, mine, options, branch_size, generator=branch_gen, model=model,
+            seed=seed + GREEDY_SEED_OFFSET)
+        stats.add(branch_stats)
     return rnd
 
 
-def greedy_branches(engine: RolloutEngine, tasks: Sequence[TaskSpec], index: Sequence[int],
+def greedy_branches(engine: RolloutEngine, tasks: Sequence[TaskSpec], mine: Sequence[int],
                     options: Sequence[Mapping[str, Any]], branch_size: int, *, generator: torch.Generator,
-                    model: Any, seed: int, stats: RolloutStats) -> tuple[dict[int, list[Trajectory]], list[bool]]:
-    """One greedy episode of every task, and ``branch_size`` sampled episodes from the state before the
-    first action that earned nothing in each that failed (``branch_before_first_miss``). Returns task
-    index (``index[k]`` for ``tasks[k]``) -> its branch episodes, and each greedy episode's success; the
-    time and tokens of both go into ``stats``. Env reset seeds start at ``seed + 50,000`` (greedy) and
-    ``seed + 60,000`` (branches), inside the caller's block of 100,000."""
-    spines, spine_stats = engine.run(tasks, 1, greedy=True, seed=seed + 50_000, env_options=options, model=model)
-    stats.add(spine_stats)
-    points = [(k, b) for k, b in enumerate(branch_before_first_miss(tr) for tr in spines) if b is not None]
+                    model: Any, seed: int) -> tuple[dict[int, list[Trajectory]], list[bool], RolloutStats]:
+    """One greedy episode of each task ``tasks[i]``, ``i`` in ``mine`` (env reset seeds from ``seed``),
+    and ``branch_size`` episodes sampled with ``generator`` from the state before the first miss of
+    each that failed (``branch_before_first_miss``; they reset with their greedy episode's seed).
+    Returns task index -> its branch episodes, each greedy episode's success, and the time and
+    tokens of both."""
+    stats = RolloutStats()
+    greedy, greedy_stats = engine.run([tasks[i] for i in mine], 1, greedy=True, seed=seed,
+                                      env_options=[options[i] for i in mine], model=model)
+    stats.add(greedy_stats)
+    points = [(mine[k], b) for k, b in enumerate(branch_before_first_miss(tr) for tr in greedy) if b is not None]
     out: dict[int, list[Trajectory]] = {}
     if points:
         conts, branch_stats = engine.run([b.task for _, b in points], branch_size, generator=generator,
-                                         seed=seed + 60_000, branches=[b for _, b in points], model=model)
+                                         branches=[b for _, b in points], model=model)
         stats.add(branch_stats)
         for tr in conts:
-            tr.task_index = index[points[tr.task_index][0]]
+            tr.task_index = points[tr.task_index][0]
             out.setdefault(tr.task_index, []).append(tr)
-    return out, [tr.success for tr in spines]
+    return out, [tr.success for tr in greedy], stats
 
 
 def branch_returns(groups: Sequence[Sequence[Trajectory]], gamma: float) -> torch.Tensor:
     """[n_groups, branch_size] discounted returns of branch groups (their actions after the branch point)."""
     return torch.tensor([[discounted_return(t.rewards, gamma) for t in grp] for grp in groups], dtype=torch.float32)
+
+
+def branch_counts(rounds: Sequence[RolloutRound], gamma: float) -> dict[str, float]:
+    """This process's greedy and branch episode counts over ``rounds``: greedy episodes and successes,
+    branch groups, episodes and successes, and groups whose (discounted, as the advantages')
+    returns all agree."""
+    greedy = [ok for rnd in rounds for ok in rnd.greedy_success]
+    groups = [grp for rnd in rounds for grp in rnd.branches.values()]
+    returns = [branch_returns([grp], gamma)[0] for grp in groups]
+    return {"greedy_episodes": float(len(greedy)), "greedy_successes": float(sum(greedy)),
+            "branch_groups": float(len(groups)), "branch_episodes": float(sum(len(grp) for grp in groups)),
+            "branch_successes": float(sum(t.success for grp in groups for t in grp)),
+            "branch_zero_std": float(sum(bool((rets == rets[0]).all()) for rets in returns))}
 
 
 def select_groups(source: Any, rounds: Sequence[RolloutRound]) -> list[int]:
@@ -338,6 +362,10 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
     # a dynamic-sampling source (DAPO) gets up to max_refill_rounds extra rollout rounds per step
     dynamic = isinstance(source, DynamicSampling)
     refill_rounds = int(source.max_refill_rounds) if dynamic else 0  # type: ignore[attr-defined]
+    if dynamic and r.branch_size > 0:
+        raise ValueError(f"rollout.branch_size={r.branch_size} with the dynamic-sampling source {source.name!r}: its "
+                         "selection keeps the informative start groups, which drops the all-fail tasks greedy "
+                         "branches are for; use one or the other")
 
     t_start = time.perf_counter()
     bar = tqdm(total=cfg.steps, initial=start_step, desc="grpo", disable=not (main and cfg.progress_bar),
@@ -362,9 +390,10 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
                 more = source.refill(step)  # type: ignore[attr-defined]
                 if not more:
                     break
+            seed = rollout_seed(step, round_, rank, world, 1 + refill_rounds)
             rnd = rollout_round(engine, source, more, r.group_size, accelerator, generator=generator, model=unwrapped,
-                                seed=rollout_seed(step, round_, rank, world, 1 + refill_rounds), gamma=g.gamma,
-                                branch_size=r.branch_size)
+                                seed=seed, gamma=g.gamma, branch_size=r.branch_size,
+                                branch_seed=cfg.seed * 1_000_003 + seed)
             source.observe(step, rnd.groups)
             rounds.append(rnd)
 
@@ -454,23 +483,16 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
 
         # 4. metrics (over all processes; rewards over every rollout of the step, refills included)
         rs = [rnd.stats for rnd in rounds]
-        branched = [grp for rnd in rounds for grp in rnd.branches.values()]  # every branch group, kept or not
-        stat_vec = torch.tensor([sums[k] for k in sums] + [sum(s.gen_time for s in rs), sum(s.env_time for s in rs),
-                                                           float(sum(s.gen_tokens for s in rs)), update_tokens,
-                                                           float(np.mean(losses)) if losses else 0.0,
-                                                           float(np.mean(grad_norms)) if grad_norms else 0.0,
-                                                           float(np.mean(ptx_losses)) if ptx_losses else 0.0,
-                                                           float(sum(len(rnd.spines) for rnd in rounds)),
-                                                           float(sum(sum(rnd.spines) for rnd in rounds)), float(len(branched)),
-                                                           float(sum(len(grp) for grp in branched)),
-                                                           float(sum(t.success for grp in branched for t in grp)),
-                                                           float(sum(len({t.ret for t in grp}) == 1 for grp in branched))])
+        local_totals = {**sums, "gen_time": sum(s.gen_time for s in rs), "env_time": sum(s.env_time for s in rs),
+                        "gen_tokens": float(sum(s.gen_tokens for s in rs)), "update_tokens": update_tokens,
+                        "loss": float(np.mean(losses)) if losses else 0.0,
+                        "grad_norm": float(np.mean(grad_norms)) if grad_norms else 0.0,
+                        "sft_loss": float(np.mean(ptx_losses)) if ptx_losses else 0.0,
+                        **branch_counts(rounds, g.gamma)}
+        stat_vec = torch.tensor(list(local_totals.values()))
         if world > 1:
             stat_vec = accelerator.reduce(stat_vec, reduction="sum")
-        tot = dict(zip(list(sums) + ["gen_time", "env_time", "gen_tokens", "update_tokens", "loss", "grad_norm",
-                                    "sft_loss", "spines", "spine_successes", "branch_groups", "branch_episodes", "branch_successes",
-                                    "branch_zero_std"],
-                       stat_vec.tolist()))
+        tot = dict(zip(local_totals, stat_vec.tolist()))
         groups = [grp for rnd in rounds for grp in rnd.light]
         all_trajs = [t for grp in groups for t in grp]
         rets = np.array([t.ret for t in all_trajs])
@@ -505,12 +527,13 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
             "groups": len(groups), "groups_kept": len(kept), "refill_rounds": len(rounds) - 1,
         }
         if r.branch_size > 0:  # greedy-branch rollouts: the greedy episodes, the failed ones' branch groups
-            n_branch = max(tot["branch_groups"], 1.0)
-            record.update({"greedy_episodes": int(tot["spines"]), "branch_groups": int(tot["branch_groups"]),
+            record.update({"greedy_episodes": int(tot["greedy_episodes"]), "branch_groups": int(tot["branch_groups"]),
                            "branch_episodes": int(tot["branch_episodes"]),
-                           "greedy_success": tot["spine_successes"] / max(tot["spines"], 1.0),
-                           "branch_success": tot["branch_successes"] / max(tot["branch_episodes"], 1.0),
-                           "branch_zero_std_frac": tot["branch_zero_std"] / n_branch if tot["branch_groups"] else 1.0})
+                           # in the training environments and limits (turn_slack, shaping), not the evaluation's
+                           "train_greedy_success": tot["greedy_successes"] / max(tot["greedy_episodes"], 1.0)})
+            if tot["branch_groups"]:  # undefined without branch groups: left out of the record
+                record.update({"branch_success": tot["branch_successes"] / tot["branch_episodes"],
+                               "branch_zero_std_frac": tot["branch_zero_std"] / tot["branch_groups"]})
         record.update({f"source/{k}": float(v) for k, v in source.telemetry().items()})
         history.append(record)
         if main and logger is not None and (step + 1) % cfg.log_every == 0:

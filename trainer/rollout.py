@@ -59,6 +59,8 @@ class Trajectory:
     rewards: list[float] = field(default_factory=list)  # the env's reward for each action, in order
     action_spans: list[tuple[int, int]] = field(default_factory=list)  # [start, end) of each action's ids
     rejected: list[bool] = field(default_factory=list)  # whether the env rejected each action (error class != none)
+    effects: list[str] = field(default_factory=list)  # what each action did (the env's info["effect"], "" if none)
+    reset_seed: int = 0  # the seed the episode's environment was reset with
     prefix: "Branch | None" = None  # the replayed start of a branch episode (its actions are context, not trained)
 
     @property
@@ -95,6 +97,9 @@ class Branch:
     env_options: Mapping[str, Any]
     actions: tuple[tuple[int, ...], ...]  # the prefix actions' ids, each as generated (stop token included)
     ids: tuple[int, ...]  # the transcript's ids up to the branch point (checked when replayed)
+    # the reset seed of the episode it was taken from: its episodes reset with it, since an environment
+    # may draw from it (e.g. the augmented twin's rewording); None: each episode's own seed
+    seed: int | None = None
 
 
 def branch_after_first_rejection(tr: "Trajectory", budget: int) -> Branch | None:
@@ -108,22 +113,36 @@ def branch_after_first_rejection(tr: "Trajectory", budget: int) -> Branch | None
         return None
     ids = tr.transcript.ids
     actions = tuple(tuple(ids[a:b]) for a, b in tr.action_spans[: k + 1])
-    return Branch(tr.task, dict(tr.env_options), actions, tuple(ids[: tr.action_spans[k + 1][0]]))
+    return Branch(tr.task, dict(tr.env_options), actions, tuple(ids[: tr.action_spans[k + 1][0]]), tr.reset_seed)
+
+
+MISSES = ("rejected", "none")  # info["effect"] of an action that did nothing the task needs
+
+
+def first_miss(tr: "Trajectory") -> int | None:
+    """Index of ``tr``'s first action that did nothing the task needs: rejected, or accepted without
+    effect (a call with wrong arguments, an ask with nothing to add, a final reply without the answer;
+    the env's ``info["effect"]``). Asks that reveal facts, replies that unlock tools or open the next
+    turn are not misses, though they earn no reward. Without effects recorded: the first action with
+    reward <= 0."""
+    if len(tr.effects) == len(tr.rewards) and all(tr.effects):
+        return next((t for t, e in enumerate(tr.effects) if e in MISSES), None)
+    return next((t for t, r in enumerate(tr.rewards) if r <= 0.0), None)
 
 
 def branch_before_first_miss(tr: "Trajectory") -> Branch | None:
-    """The state before ``tr``'s first action that earned no reward (reward <= 0: a rejected call, a
-    call that made no progress, an early reply), when the episode failed; else None. From there a
-    group of episodes retries exactly the decision the episode got wrong (the first action of a
-    failed episode can be it: the branch then replays nothing). Branch episodes are not branched again."""
+    """The state before ``tr``'s first miss (``first_miss``), when the episode failed; else None (also
+    for a failed episode without a miss: out of turns or context). From there a group of episodes
+    retries exactly the decision the episode got wrong (the first action of a failed episode can be
+    it: the branch then replays nothing). Branch episodes are not branched again."""
     if tr.prefix is not None or tr.success:
         return None
-    k = next((t for t, r in enumerate(tr.rewards) if r <= 0.0), None)
+    k = first_miss(tr)
     if k is None:
         return None
     ids = tr.transcript.ids
     actions = tuple(tuple(ids[a:b]) for a, b in tr.action_spans[:k])
-    return Branch(tr.task, dict(tr.env_options), actions, tuple(ids[: tr.action_spans[k][0]]))
+    return Branch(tr.task, dict(tr.env_options), actions, tuple(ids[: tr.action_spans[k][0]]), tr.reset_seed)
 
 
 @dataclass
@@ -206,11 +225,13 @@ class RolloutEngine:
             for _ in range(repeats):
                 i = len(trajs)
                 env = self._env(i)
-                obs, info = env.reset(seed=seed + i, options={"task": task, **opts})
+                reset_seed = branch.seed if branch is not None and branch.seed is not None else seed + i
+                obs, info = env.reset(seed=reset_seed, options={"task": task, **opts})
                 messages, tools = conversation_start(env, obs)
                 if first is None or (messages, tools) != (first[0], first[1]):
                     first = (messages, tools, self.codec.start(messages, tools))
-                tr = Trajectory(task, ti, first[2].copy(), progress=info["progress"], env_options=opts)
+                tr = Trajectory(task, ti, first[2].copy(), progress=info["progress"], env_options=opts,
+                                reset_seed=reset_seed)
                 if branch is not None:
                     messages = self._replay(env, tr, branch, messages, tools)
                 trajs.append(tr)
@@ -253,6 +274,7 @@ class RolloutEngine:
                 tr.rewards.append(float(reward))
                 tr.progress, tr.success = float(info["progress"]), bool(info["success"])
                 tr.rejected.append(info["error"] != "none")
+                tr.effects.append(str(info.get("effect", "")))
                 if terminated or truncated:
                     tr.done, tr.truncated = True, bool(truncated and not terminated)
                     continue
