@@ -681,10 +681,13 @@ def test_greedy_branches_retry_the_first_miss(task_file: Path, warm_policy: Path
 
     # the loop: branch metrics logged, the update differs from plain GRPO on the same start rollouts, and a
     # second run with the same seed repeats it exactly
+    # (on held-out tasks where some branch group's returns differ in step 1: a real signal, not only more tokens)
+    loop_tasks = TaskSampler(default_suite(), DIFFICULTIES["easy"], seed=7).sample_many(6)
+
     def run(name: str, **extra: str):
         cfg = tiny_config(task_file, tmp_path / name, steps="1", **extra)
         policy = load_policy(warm_policy)
-        grpo_train(cfg, policy, held_out, run_dir=cfg.run_dir, accelerator=Accelerator(cpu=True))
+        grpo_train(cfg, policy, loop_tasks, run_dir=cfg.run_dir, accelerator=Accelerator(cpu=True))
         return policy
 
     plain = run("plain")
@@ -693,8 +696,26 @@ def test_greedy_branches_retry_the_first_miss(task_file: Path, warm_policy: Path
     assert rec[1]["episodes"] == rec[0]["episodes"] == 6 and rec[1]["greedy_episodes"] == 2
     assert rec[1]["branch_episodes"] == 4 * rec[1]["branch_groups"] >= 4
     assert 0.0 <= rec[1]["train_greedy_success"] <= 1.0 and 0.0 <= rec[1]["branch_success"] <= 1.0
-    assert 0.0 <= rec[1]["branch_zero_std_frac"] <= 1.0
+    assert 0.0 <= rec[1]["branch_zero_std_frac"] < 1.0
     assert rec[1]["gen_tokens"] > rec[0]["gen_tokens"]  # greedy and branch episodes are generated too
+    # a run stopped after step 1 and resumed from its checkpoint ends where an uninterrupted one does
+    # (the branch generator is derived from the step, so it needs no saved state)
+    def run_to(name: str, steps: int, resume: bool = False, **extra: str):
+        cfg = tiny_config(task_file, tmp_path / name, steps=str(steps), **{"rollout.branch_size": "4"}, **extra)
+        policy = load_policy(warm_policy)
+        grpo_train(cfg, policy, loop_tasks, run_dir=cfg.run_dir, accelerator=Accelerator(cpu=True), resume=resume)
+        return policy
+
+    whole = run_to("whole", 2)
+    run_to("halves", 1)
+    resumed = run_to("halves", 2, resume=True)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(whole.model.parameters(), resumed.model.parameters()))
+    halves = read_jsonl(tmp_path / "halves" / "metrics.jsonl")
+    assert [r["branch_groups"] for r in halves] == [r["branch_groups"] for r in read_jsonl(tmp_path / "whole" / "metrics.jsonl")]
+    # GiGPO's state-grouped action term on top: branch groups join it (another update than branches alone)
+    gigpo = run("gigpo", **{"rollout.branch_size": "4", "grpo.action_weight": "1.0", "grpo.action_grouping": "state"})
+    assert any(not torch.equal(a, b) for a, b in zip(runs[0].model.parameters(), gigpo.model.parameters()))
+
     # the augmented twin rewords each episode from its reset seed: branch episodes reset with their greedy
     # episode's seed, so the replayed prefix matches (with each episode's own seed, replay would refuse it)
     run("augment", **{"rollout.branch_size": "3", "data.source": "augment"})
