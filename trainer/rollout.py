@@ -102,6 +102,14 @@ class Branch:
     seed: int | None = None
 
 
+def branch_before_action(tr: "Trajectory", n: int) -> Branch:
+    """The state of ``tr`` right before its action ``n``: its first ``n`` actions replayed, in the
+    episode's env options and reset seed."""
+    ids = tr.transcript.ids
+    actions = tuple(tuple(ids[a:b]) for a, b in tr.action_spans[:n])
+    return Branch(tr.task, dict(tr.env_options), actions, tuple(ids[: tr.action_spans[n][0]]), tr.reset_seed)
+
+
 def branch_after_first_rejection(tr: "Trajectory", budget: int) -> Branch | None:
     """The state right after ``tr``'s first rejected action (its error observation read), when the
     episode went on from there and at least one of ``budget`` actions is left; else None. Branch
@@ -111,9 +119,7 @@ def branch_after_first_rejection(tr: "Trajectory", budget: int) -> Branch | None
     k = tr.rejected.index(True)
     if k + 1 >= min(len(tr.action_spans), budget):  # the rejection was the last action taken, or nothing is left
         return None
-    ids = tr.transcript.ids
-    actions = tuple(tuple(ids[a:b]) for a, b in tr.action_spans[: k + 1])
-    return Branch(tr.task, dict(tr.env_options), actions, tuple(ids[: tr.action_spans[k + 1][0]]), tr.reset_seed)
+    return branch_before_action(tr, k + 1)
 
 
 MISSES = ("rejected", "none")  # info["effect"] of an action that did nothing the task needs
@@ -138,11 +144,7 @@ def branch_before_first_miss(tr: "Trajectory") -> Branch | None:
     if tr.prefix is not None or tr.success:
         return None
     k = first_miss(tr)
-    if k is None:
-        return None
-    ids = tr.transcript.ids
-    actions = tuple(tuple(ids[a:b]) for a, b in tr.action_spans[:k])
-    return Branch(tr.task, dict(tr.env_options), actions, tuple(ids[: tr.action_spans[k][0]]), tr.reset_seed)
+    return None if k is None else branch_before_action(tr, k)
 
 
 @dataclass
