@@ -10,6 +10,14 @@ the main job's). Per task, success and progress are averaged over its episodes. 
 compared with BASE task by task: the mean difference and its 95% percentile bootstrap interval
 over the tasks (``--bootstrap`` resamples). Greedy success on a few hundred tasks flips with small
 weight changes; the sampled figures are what GRPO optimizes.
+
+With ``--pool NAME`` the OTHER policies are runs of one arm under different training seeds, e.g.
+
+    python benchmarks/compare_policies.py WARM SEED0/policy SEED1/policy SEED2/policy --pool grpo
+
+and one more row per figure gives the arm's difference from BASE averaged over its seeds, with a
+two-level percentile bootstrap (seeds resampled, then tasks), so that the interval carries the
+spread between training seeds as well as between tasks (as ``benchmarks/data_efficiency.py`` does).
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:  # the helper modules next to this script (already there when run as a script)
     sys.path.insert(0, str(HERE))
-from _de_stats import bootstrap_mean_1d, rng_for  # noqa: E402
+from _de_stats import bootstrap_ci, bootstrap_mean_1d, rng_for  # noqa: E402
 from _policy_eval import add_split_args, eval_engine, split_tasks  # noqa: E402
 
 METRICS = ("success", "progress")
@@ -80,6 +88,23 @@ def compare(results: dict[str, dict[str, np.ndarray]], base: str, bootstrap: int
     return rows
 
 
+def pooled(results: dict[str, dict[str, np.ndarray]], base: str, arm: str, bootstrap: int,
+           seed: int) -> list[dict[str, Any]]:
+    """One row per figure for the policies other than ``base`` taken as seeds of one arm: the mean over
+    seeds and tasks of their paired differences from ``base``, with a two-level bootstrap interval."""
+    others = [name for name in results if name != base]
+    if not others:
+        raise ValueError("pooling needs at least one policy besides the base")
+    rows = []
+    for key, base_values in results[base].items():
+        diffs = np.stack([results[name][key] - base_values for name in others])  # [seeds, tasks]
+        ci = bootstrap_ci(diffs, rng_for(seed, f"pool:{arm}/{key}"), samples=bootstrap)
+        mean = float(np.mean([results[name][key].mean() for name in others]))
+        rows.append({"policy": f"{arm} ({len(others)} seed{'' if len(others) == 1 else 's'})", "figure": key, "mean": mean,
+                     "diff": ci["mean"], "lo": ci["lo"], "hi": ci["hi"], "pooled": others})
+    return rows
+
+
 def markdown(rows: Sequence[dict[str, Any]], base: str, n_tasks: int, samples: int) -> str:
     lines = [f"Paired by task over {n_tasks} tasks (greedy: 1 episode; sampled: {samples} per task); "
              f"difference = policy - `{base}`, 95% bootstrap CI.", "",
@@ -99,6 +124,9 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--batch-episodes", type=int, default=0,
                     help="play about this many episodes at a time, to bound memory (e.g. 256; a weak policy's 400 x 4 "
                          "sampled 16-turn episodes in one batch held 5 GB); 0: all in one batch, as RESULTS.md measured")
+    ap.add_argument("--pool", metavar="NAME", default="",
+                    help="the OTHER policies are seeds of one arm called NAME: add its seed-averaged difference "
+                         "from BASE with a two-level (seeds, then tasks) bootstrap interval")
     args = ap.parse_intermixed_args(argv)
     if len(args.policies) < 2:
         ap.error("give a base policy and at least one other to compare with it")
@@ -109,6 +137,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     results = {p: per_task(p, tasks, args.config, args.samples, args.temperature, args.seed, args.batch_episodes,
                            args.set) for p in args.policies}
     rows = compare(results, args.policies[0], args.bootstrap, args.seed)
+    if args.pool:
+        rows += pooled(results, args.policies[0], args.pool, args.bootstrap, args.seed)
     print(markdown(rows, args.policies[0], len(tasks), args.samples))
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=2))

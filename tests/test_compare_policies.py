@@ -28,9 +28,11 @@ def test_a_policy_against_itself_differs_by_zero_and_another_is_compared_per_tas
     a = warm_tiny_policy(tmp_path / "a", sft_steps=30)
     b = warm_tiny_policy(tmp_path / "b", sft_steps=2)
     rows = cp.main([str(a), str(a), str(b), "--split", str(tmp_path / "tasks.jsonl"), "--samples", "2",
-                    "--bootstrap", "200", "--out", str(tmp_path / "rows.json")])
+                    "--bootstrap", "200", "--out", str(tmp_path / "rows.json"), "--pool", "arm"])
     figures = {"greedy_success", "greedy_progress", "sampled_success", "sampled_progress"}
-    assert {r["figure"] for r in rows} == figures and len(rows) == 8  # base + one other (a twice is one key)
+    assert {r["figure"] for r in rows} == figures and len(rows) == 12  # base, one other (a twice is one key), pooled
+    pooled = {r["figure"]: r for r in rows if r["policy"] == "arm (1 seed)"}
+    rows = [r for r in rows if r["policy"] != "arm (1 seed)"]
     # the same directory is the base itself: only the other policy gets a difference
     base = [r for r in rows if r["policy"] == str(a)]
     other = {r["figure"]: r for r in rows if r["policy"] == str(b)}
@@ -39,7 +41,8 @@ def test_a_policy_against_itself_differs_by_zero_and_another_is_compared_per_tas
         base_mean = next(x["mean"] for x in base if x["figure"] == key)
         assert r["diff"] == pytest.approx(r["mean"] - base_mean)
         assert r["lo"] <= r["diff"] <= r["hi"] and 0.0 <= r["mean"] <= 1.0
-    assert json.loads((tmp_path / "rows.json").read_text()) == rows
+        assert pooled[key]["diff"] == pytest.approx(r["diff"])  # one seed pooled is that seed
+    assert json.loads((tmp_path / "rows.json").read_text()) == rows + list(pooled.values())
     assert "difference = policy -" in capsys.readouterr().out
 
 
@@ -82,6 +85,26 @@ def test_identical_per_task_figures_give_a_zero_interval(cp) -> None:
     rows = cp.compare({"x": figs, "y": {"greedy_success": np.array([1.0, 1.0, 1.0])}}, "x", 500, 0)
     y = next(r for r in rows if r["policy"] == "y")
     assert y["diff"] == pytest.approx(0.5) and 0.0 <= y["lo"] <= 0.5 <= y["hi"] <= 1.0
+
+def test_pooled_seeds_average_their_differences_and_carry_the_spread_between_seeds(cp) -> None:
+    import numpy as np
+
+    base = {"greedy_success": np.array([0.0, 0.0, 1.0, 0.0])}
+    same = {"s0": {"greedy_success": np.array([1.0, 0.0, 1.0, 0.0])},  # +0.25 each: no spread between seeds
+            "s1": {"greedy_success": np.array([0.0, 1.0, 1.0, 0.0])}}
+    row = cp.pooled({"base": base, **same}, "base", "arm", 500, 0)[0]
+    assert row["policy"] == "arm (2 seeds)" and row["pooled"] == ["s0", "s1"]
+    assert row["diff"] == pytest.approx(0.25) and row["mean"] == pytest.approx(0.5)
+    apart = {"s0": {"greedy_success": np.array([1.0, 1.0, 1.0, 1.0])},  # +0.75 and -0.25: the same mean, 0.25,
+             "s1": {"greedy_success": np.array([0.0, 0.0, 0.0, 0.0])}}  # but the seeds disagree
+    wide = cp.pooled({"base": base, **apart}, "base", "arm", 500, 0)[0]
+    narrow = cp.pooled({"base": base, **same}, "base", "arm", 500, 0)[0]
+    assert wide["diff"] == pytest.approx(0.25)
+    assert wide["hi"] - wide["lo"] > narrow["hi"] - narrow["lo"]  # resampling seeds shows their disagreement
+    assert wide["lo"] < 0.0 < wide["hi"]
+    with pytest.raises(ValueError, match="besides the base"):
+        cp.pooled({"base": base}, "base", "arm", 10, 0)
+
 
 
 def test_rejects_a_single_policy(cp) -> None:
