@@ -125,6 +125,11 @@ def test_policy_init_does_not_touch_the_global_rng() -> None:
 def test_missing_policy_names_the_path_and_the_offline_hint(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="nope'.*no such directory"):  # a local path: it does not exist
         load_policy(tmp_path / "nope")
+    (tmp_path / "run" / "sft_policy").mkdir(parents=True)  # a run directory, not a policy: said so, with the way out
+    with pytest.raises(FileNotFoundError, match="not a save_pretrained directory.*run directory: use .*sft_policy"):
+        load_policy(tmp_path / "run")
+    with pytest.raises(FileNotFoundError, match="not a save_pretrained directory \\(no config.json\\)$"):
+        load_policy(tmp_path / "run" / "sft_policy")  # empty
     with pytest.raises(FileNotFoundError, match="rods-gym-tests/no-such-model.*local_files_only"):  # a hub name, offline
         load_policy("rods-gym-tests/no-such-model")
     with pytest.raises(ValueError, match="structured"):

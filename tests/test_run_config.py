@@ -62,9 +62,15 @@ def test_mistakes_are_caught_when_the_config_loads() -> None:
                             ("grpo.beta=-1", "grpo.beta must be >= 0"),
                             ("grpo.warmup_steps=-3", "grpo.warmup_steps must be >= 0"),
                             ("grpo.lr=-1e-4", "grpo.lr must be >= 0"),
-                            ("rollout.turn_slack=-5", "rollout.turn_slack must be >= 0 or null")):
+                            ("rollout.turn_slack=-5", "rollout.turn_slack must be >= 0 or null"),
+                            ("policy.num_layers=0", "policy.num_layers must be >= 1, got 0"),
+                            ("time_limit_min=-1", "time_limit_min must be >= 0, got -1.0"),
+                            ("steps=-5", "steps must be >= 0, got -5"),
+                            ("sft.demos=0", "sft.demos must be >= 1 while sft.enabled")):
         with pytest.raises(ValueError, match=words):
             load_config(None, [override])
+    with pytest.raises(IsADirectoryError, match="is a directory; give a YAML file"):
+        load_config(Path(__file__).parent)
     assert load_config(None, ["sft.steps=0", "sft.enabled=false"]).sft.steps == 0  # no warm start: no steps needed
 
 
@@ -187,11 +193,19 @@ def test_resume_continues_with_the_runs_saved_config(tmp_path: Path, capsys, mon
         with pytest.raises(ValueError, match="holds no run to resume"):
             load_from_args(_args("train", "--run-dir", str(empty), "--resume"))
     assert not (tmp_path / "typo").exists()
-    # a warm-start field changed on resume once the warm start is done: said to have no effect
+    # warm-start fields changed on resume once the warm start is done: ignored and said so, so that the config
+    # the run saves stays what it ran with
     (run / "sft_policy").mkdir()
     (run / "sft_policy" / "config.json").write_text("{}")
-    load_from_args(_args("train", "--run-dir", str(run), "--resume", "sft.steps=7"))
-    assert "sft.steps no longer change this run" in capsys.readouterr().out
+    saved = load_config(run / "config.yaml")
+    cfg = load_from_args(_args("train", "--run-dir", str(run), "--resume", "sft.steps=7", "sft.lr=1", "steps=5"))
+    assert (cfg.sft.steps, cfg.sft.lr, cfg.steps) == (saved.sft.steps, saved.sft.lr, 5)
+    assert "sft.lr, sft.steps are ignored" in capsys.readouterr().out
+    # with PPO-ptx the demonstrations still matter: sft.demos applies, sft.steps does not
+    cfg = load_from_args(_args("train", "--run-dir", str(run), "--resume", "grpo.sft_weight=1", "sft.demos=9",
+                               "sft.steps=7"))
+    assert (cfg.sft.demos, cfg.sft.steps) == (9, saved.sft.steps)
+    assert "sft.steps is ignored" in capsys.readouterr().out
 
 
 def test_a_new_run_refuses_an_earlier_runs_checkpoints(tmp_path: Path, capsys) -> None:
@@ -289,6 +303,19 @@ def test_paths_splits_and_envs_that_do_not_exist_are_named(tmp_path: Path, monke
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "rods evaluate: error:" in err and "no such directory" in err and "Traceback" not in err
+    # a compact policy in the structured view: refused in one line; in the chat view: runs, with a warning that
+    # its tokenizer does not know that view's text
+    pol = str(tmp_path / "home" / "pol")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["evaluate", "--policy", pol, "--tasks", "1", "--env", "rods/ToolChain-Structured-v0"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "uses the 'structured' view; LLM policies need one of" in err
+    assert "Traceback" not in err
+    assert main(["evaluate", "--policy", pol, "--tasks", "1", "--env", "rods/ToolChain-Chat-v0",
+                 "rollout.max_turns=1", "rollout.max_action_tokens=2"]) == 0
+    assert "rods evaluate: warning: the policy's tokenizer" in capsys.readouterr().err
+    assert main(["evaluate", "--policy", pol, "--tasks", "1", "rollout.max_turns=1", "rollout.max_action_tokens=2"]) == 0
+    assert "does not know" not in capsys.readouterr().err  # its own view
     with pytest.raises(FileNotFoundError, match="neither a split name .*train, dev, test, ood"):
         gym.make("rods/ToolChain-v0", task_set="validation")
     with pytest.raises(ValueError, match="not a rods_gym tool-use environment"):

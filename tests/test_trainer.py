@@ -19,6 +19,7 @@ from rods_gym.trainer.checkpoint import latest_checkpoint
 from rods_gym.trainer.config import TrainConfig, load_config, parse_overrides
 from rods_gym.trainer.loop import grpo_train
 from rods_gym.trainer.metrics import read_jsonl
+from rods_gym.trainer.pipeline import prepare_inputs
 from rods_gym.trainer.policy import load_policy
 from rods_gym.trainer.sources import available_sources, make_source
 from rods_gym.trainer.task_source import FixedSeeds
@@ -648,8 +649,11 @@ def test_greedy_branches_retry_the_first_miss(task_file: Path, warm_policy: Path
     for bad in ("rollout.branch_size=1", "rollout.branch_size=-2"):
         with pytest.raises(ValueError, match="rollout.branch_size"):
             load_config(None, [bad])
+    cfg = tiny_config(task_file, tmp_path / "dapo", steps="1", **{"rollout.branch_size": "3", "data.source": "dapo"})
     with pytest.raises(ValueError, match="rollout.branch_size=3 with the dynamic-sampling source"):
-        cfg = tiny_config(task_file, tmp_path / "dapo", steps="1", **{"rollout.branch_size": "3", "data.source": "dapo"})
+        prepare_inputs(cfg)  # refused when the run's inputs are read, before its warm start: nothing written
+    assert not Path(cfg.run_dir).exists()
+    with pytest.raises(ValueError, match="rollout.branch_size=3 with the dynamic-sampling source"):
         grpo_train(cfg, load_policy(warm_policy), seed_tasks(), run_dir=cfg.run_dir, accelerator=Accelerator(cpu=True))
 
     # one round: the greedy episodes' failures get branch groups of branch_size episodes that start at the miss

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
@@ -63,11 +64,17 @@ def load_from_args(args: argparse.Namespace, *, run_config: bool = False) -> Any
     diff = _diff(before.to_dict(), cfg.to_dict())
     changed = [f"{k}: {a!r} -> {b!r}" for k, (a, b) in diff.items()]
     print(f"resume: the run's saved config ({saved})" + (", with " + "; ".join(changed) if changed else ""))
-    late = [k for k in diff if k.startswith("sft.")]
+    late = [k for k in diff if k.startswith("sft.") and not (cfg.grpo.sft_weight > 0 and k in PTX_DEMO_FIELDS)]
     if late and (Path(cfg.run_dir) / "sft_policy" / "config.json").exists():
-        print(f"resume: note: the warm start is done (sft_policy/ is reused), so {', '.join(late)} no longer change "
-              "this run")
+        # the warm start ran with the saved values: keep them, so that config.yaml stays a true record of the run
+        cfg = replace(cfg, sft=replace(cfg.sft, **{k[4:]: getattr(before.sft, k[4:]) for k in late}))
+        print(f"resume: note: the warm start is done (sft_policy/ is reused), so {', '.join(late)} "
+              f"{'is' if len(late) == 1 else 'are'} ignored; the run keeps the value{'s' * (len(late) > 1)} it ran with")
     return cfg
+
+
+# sft fields that still matter once the warm start is done: PPO-ptx (grpo.sft_weight > 0) imitates these demonstrations
+PTX_DEMO_FIELDS = ("sft.data", "sft.demos", "sft.data_seed", "sft.recovery")
 
 
 def command_overrides(args: argparse.Namespace) -> list[str]:
@@ -241,8 +248,9 @@ def run_policy(run_dir: str | Path) -> Path | None:
 def run_evaluate(args: argparse.Namespace) -> int:
     from .evaluation import evaluate
     from .loop import env_kwargs, eval_settings
-    from .pipeline import apply_threads, check_action_tokens, env_mode
+    from .pipeline import apply_threads, check_action_tokens, check_view_vocabulary, env_mode
     from .policy import load_policy, make_policy
+    from .rollout import MODES
     from .tasks import load_tasks, spread
     from .threads import torch_threads
 
@@ -263,12 +271,17 @@ def run_evaluate(args: argparse.Namespace) -> int:
         if n < 1:
             raise ValueError(f"--tasks must be >= 1 (tasks per split), got {n}")
         mode = env_mode(cfg.data.env_id)
+        if mode not in MODES:
+            raise ValueError(f"data.env_id {cfg.data.env_id!r} uses the {mode!r} view; LLM policies need one of {MODES} "
+                             "(the structured view is for stable-baselines3 agents)")
         sets = {split: spread(load_tasks(split, cfg.data), n) for split in splits}
         if saved:
             policy = load_policy(saved, cfg.policy.local_files_only, cfg.policy.dtype)
         else:
             policy = make_policy(cfg.policy, mode, slot_ids=cfg.data.slot_ids)
-        check_action_tokens(cfg, policy, mode)  # a warning
+        check_action_tokens(cfg, policy, mode)  # warnings
+        if saved or cfg.policy.model != "tiny":
+            check_view_vocabulary(cfg, policy)
         return policy, sets
 
     policy, sets = _or_exit("evaluate", prepare)

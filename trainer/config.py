@@ -238,10 +238,11 @@ def check_config(cfg: TrainConfig) -> None:
     positive = [("rollout", "group_size"), ("rollout", "tasks_per_step"), ("rollout", "max_action_tokens"),
                 ("rollout", "max_turns"), ("rollout", "max_context"), ("grpo", "epochs"), ("grpo", "minibatches"),
                 ("grpo", "micro_batch_size"), ("sft", "batch_size"), ("eval", "batch_episodes"),
-                ("eval", "tasks")]
+                ("eval", "tasks"), ("policy", "hidden_size"), ("policy", "intermediate_size"),
+                ("policy", "num_layers"), ("policy", "num_heads"), ("policy", "max_positions")]
     for section, name in positive:
         if getattr(getattr(cfg, section), name) < 1:
-            raise ValueError(f"config {section}.{name} must be >= 1")
+            raise ValueError(f"config {section}.{name} must be >= 1, got {getattr(getattr(cfg, section), name)}")
     if cfg.rollout.group_size < 2:
         raise ValueError(f"config rollout.group_size must be >= 2: GRPO's advantages compare the rollouts of a "
                          f"task's group, got {cfg.rollout.group_size}")
@@ -277,10 +278,15 @@ def check_config(cfg: TrainConfig) -> None:
     if cfg.threads < 0 or cfg.sft.threads < 0 or cfg.eval.threads < 0:
         raise ValueError("config threads, sft.threads and eval.threads must be >= 0 (0: torch's default / the run's "
                          "threads)")
-    if cfg.steps < 0 or cfg.checkpoint_every < 0 or cfg.keep_checkpoints < 1:
-        raise ValueError("config steps and checkpoint_every must be >= 0 and keep_checkpoints >= 1")
+    for name, least in (("steps", 0), ("checkpoint_every", 0), ("keep_checkpoints", 1), ("time_limit_min", 0)):
+        if getattr(cfg, name) < least:
+            raise ValueError(f"config {name} must be >= {least}, got {getattr(cfg, name)}"
+                             + (" (0: no time limit)" if name == "time_limit_min" else ""))
     if cfg.log_every < 1:
         raise ValueError(f"config log_every must be >= 1 (GRPO steps between metric lines), got {cfg.log_every}")
+    if cfg.sft.enabled and cfg.sft.demos < 1:
+        raise ValueError(f"config sft.demos must be >= 1 while sft.enabled is true (sft.enabled=false skips the warm "
+                         f"start), got {cfg.sft.demos}")
     if cfg.sft.enabled and cfg.sft.steps < 1:
         raise ValueError(f"config sft.steps must be >= 1 while sft.enabled is true (sft.enabled=false skips the warm "
                          f"start), got {cfg.sft.steps}")
@@ -391,6 +397,8 @@ def merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
 def resolve_config_path(path: str | Path) -> Path:
     """A config file path, or the name of a shipped config (``default``, ``chat_tiny``, ...)."""
     p = Path(path)
+    if p.is_dir():
+        raise IsADirectoryError(f"config {str(path)!r} is a directory; give a YAML file or a shipped config's name")
     if p.exists():
         return p
     shipped = CONFIG_DIR / f"{path}.yaml"

@@ -34,7 +34,7 @@ from rods_gym.task import TaskSpec
 
 from .checkpoint import (check_world_size, finish_checkpoint, latest_checkpoint, load_rank_rng, load_trainer_state,
                          refuse_stale_checkpoints, set_global_rng_state, write_rank_rng)
-from .config import TrainConfig, env_kwargs
+from .config import RolloutConfig, TrainConfig, env_kwargs
 from .curricula.arms import DynamicSampling
 from .evaluation import summarize
 from .grpo import (Batch, LossSettings, action_advantages, discounted_return, grpo_loss, group_advantages, make_batch,
@@ -267,6 +267,14 @@ def reference_logprobs(ref_model: torch.nn.Module, batch: Batch, micro: int, tem
     return torch.cat(parts)
 
 
+def check_source_fits_rollout(source: TaskSource, rollout: RolloutConfig) -> None:
+    """Refuse rollout settings the task source cannot serve (``prepare_inputs`` calls it before any work)."""
+    if isinstance(source, DynamicSampling) and rollout.branch_size > 0:
+        raise ValueError(f"config rollout.branch_size={rollout.branch_size} with the dynamic-sampling source "
+                         f"{source.name!r}: its selection keeps the informative start groups, which drops the "
+                         "all-fail tasks greedy branches are for; use one or the other")
+
+
 def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, run_dir: str | Path,
                accelerator: Accelerator, eval_sets: Mapping[str, Sequence[TaskSpec]] | None = None,
                resume: bool = False, source: TaskSource | None = None,
@@ -362,10 +370,7 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
     # a dynamic-sampling source (DAPO) gets up to max_refill_rounds extra rollout rounds per step
     dynamic = isinstance(source, DynamicSampling)
     refill_rounds = int(source.max_refill_rounds) if dynamic else 0  # type: ignore[attr-defined]
-    if dynamic and r.branch_size > 0:
-        raise ValueError(f"rollout.branch_size={r.branch_size} with the dynamic-sampling source {source.name!r}: its "
-                         "selection keeps the informative start groups, which drops the all-fail tasks greedy "
-                         "branches are for; use one or the other")
+    check_source_fits_rollout(source, r)
 
     t_start = time.perf_counter()
     bar = tqdm(total=cfg.steps, initial=start_step, desc="grpo", disable=not (main and cfg.progress_bar),

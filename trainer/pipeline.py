@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+import gymnasium as gym
 import torch
 from accelerate import Accelerator
 
@@ -27,7 +28,7 @@ from rods_gym.task import TaskSpec
 from .checkpoint import refuse_stale_checkpoints
 from .config import TrainConfig, save_config
 from .evaluation import figures_line
-from .loop import LoopResult, env_kwargs, eval_scalars, eval_settings, evaluate_sets, grpo_train
+from .loop import LoopResult, check_source_fits_rollout, env_kwargs, eval_scalars, eval_settings, evaluate_sets, grpo_train
 from .metrics import MetricsLogger, read_jsonl
 from .plots import plot_training_curve
 from .policy import Policy, load_policy, longest_compact_call, make_policy, save_policy
@@ -213,8 +214,12 @@ def prepare_inputs(cfg: TrainConfig, *, check_source: bool = True) -> RunInputs:
     seeds = load_tasks(cfg.data.train_split, cfg.data)
     eval_sets = {s: spread(load_tasks(s, cfg.data), cfg.eval.tasks) for s in cfg.eval.splits}
     source = make_source(cfg.data.source, cfg, seeds, cfg.seed) if check_source else None
+    if source is not None:
+        check_source_fits_rollout(source, cfg.rollout)
     policy = make_policy(cfg.policy, mode, slot_ids=cfg.data.slot_ids)
     check_action_tokens(cfg, policy, mode)
+    if cfg.policy.model != "tiny":  # the embedded policy is built for this view
+        check_view_vocabulary(cfg, policy)
     return RunInputs(mode, seeds, eval_sets, policy, source)
 
 
@@ -230,6 +235,36 @@ def check_action_tokens(cfg: TrainConfig, policy: Policy, mode: str) -> str | No
     message = (f"rollout.max_action_tokens={cfg.rollout.max_action_tokens} cuts the compact view's longest call short "
                f"({need} tokens with data.slot_ids={cfg.data.slot_ids}); set it to at least {need} unless the run's "
                "tasks never call a tool with that many parameters")
+    warnings.warn(message, stacklevel=2)
+    return message
+
+
+def check_view_vocabulary(cfg: TrainConfig, policy: Policy, episodes: int = 3) -> str | None:
+    """A warning (also returned) when the policy's tokenizer maps more than 5% of the tokens of the
+    environment's episodes (observations and the oracle's actions of ``episodes`` sampled tasks) to its
+    unknown token: a policy saved for another view or other slot ids (the embedded compact tokenizer
+    in the chat view, ordered ids evaluated with typed ones) would otherwise run, and fail, silently.
+    Tokenizers without an unknown token (byte-level ones) are never warned about."""
+    tok = policy.tokenizer
+    if tok.unk_token_id is None:
+        return None
+    env = gym.make(cfg.data.env_id, **env_kwargs(cfg))
+    texts: list[str] = []
+    for seed in range(episodes):
+        obs, _ = env.reset(seed=seed)
+        done = False
+        while not done:
+            action = env.unwrapped.oracle_action()
+            texts += [str(obs), str(action)]
+            obs, _, terminated, truncated, _ = env.step(action)
+            done = terminated or truncated
+    env.close()
+    ids = [i for row in tok(texts, add_special_tokens=False)["input_ids"] for i in row]
+    unknown = sum(i == tok.unk_token_id for i in ids) / max(len(ids), 1)
+    if unknown <= 0.05:
+        return None
+    message = (f"the policy's tokenizer ({policy.name}) does not know {unknown:.0%} of the tokens of {cfg.data.env_id}'s "
+               f"episodes (data.slot_ids={cfg.data.slot_ids}): was it saved for another view or other slot ids?")
     warnings.warn(message, stacklevel=2)
     return message
 

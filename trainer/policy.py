@@ -116,6 +116,12 @@ def load_policy(name_or_path: str | Path, local_files_only: bool = True, dtype: 
         if not Path(name).is_dir():
             raise FileNotFoundError(f"cannot load policy {name!r}: no such directory (a local policy is a "
                                     "save_pretrained directory, e.g. a run's sft_policy/ or checkpoints/step-N/policy/)")
+        if not (Path(name) / "config.json").exists():
+            inside = [p for p in ("sft_policy", "checkpoints") if (Path(name) / p).exists()]
+            hint = (f"; it looks like a run directory: use {name}/sft_policy or {name}/checkpoints/step-N/policy, or "
+                    "rods evaluate --run-dir for its latest policy") if inside else ""
+            raise FileNotFoundError(f"cannot load policy {name!r}: not a save_pretrained directory (no config.json)"
+                                    + hint)
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=local_files_only)
         model = AutoModelForCausalLM.from_pretrained(name, local_files_only=local_files_only, dtype=DTYPES[dtype])
