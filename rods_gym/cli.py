@@ -51,10 +51,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    from rods_gym.domain import DomainError
+
     try:
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not as an "Exception ignored" at interpreter exit
         return code
+    except DomainError as exc:  # a broken domain file (--domains): it names the file, the place and why
+        print(f"rods {args.command}: error: {exc}", file=sys.stderr)
+        return 2
     except BrokenPipeError:  # the output was piped into a reader that stopped early (`rods skills | head`)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
         return 141

@@ -121,25 +121,40 @@ class ToolChainEnv(gym.Env):
             return task
         if isinstance(task, Mapping):
             return TaskSpec.from_dict(task)
+        split = options.get("split")
         if isinstance(task, str):
-            if task in self._by_id:
-                return self._by_id[task]
-            for tasks in self._splits.values():
-                for t in tasks:
-                    if t.id == task:
-                        return t
-            raise KeyError(f"no task with id {task!r} in this env's task set")
+            return self._task_by_id(task, split)
         if task is not None:
             raise TypeError(f"options['task'] must be a TaskSpec, a dict or a task id, not {type(task).__name__}")
-        split = options.get("split")
         if split is not None:
-            if split not in self._splits:
-                self._splits[split] = load_split(split)
-            pool = self._splits[split]
+            pool = self._split(split)
             return pool[int(self.np_random.integers(0, len(pool)))]
         if self.tasks is not None:
             return self.tasks[int(self.np_random.integers(0, len(self.tasks)))]
         return self.sampler.sample(int(self.np_random.integers(0, 2**31 - 1)))
+
+    def _split(self, split: str) -> list[TaskSpec]:
+        if split not in self._splits:
+            self._splits[split] = load_split(split)
+        return self._splits[split]
+
+    def _task_by_id(self, task_id: str, split: str | None) -> TaskSpec:
+        """A task named by id: in ``split`` when one is given, else in the env's own task set, then in
+        the checked-in splits (each loaded once, when first needed)."""
+        if split is not None:
+            for t in self._split(split):
+                if t.id == task_id:
+                    return t
+            raise KeyError(f"no task with id {task_id!r} in split {split!r}")
+        if task_id in self._by_id:
+            return self._by_id[task_id]
+        from rods_gym.envs import SPLITS, taskset_path
+
+        for name in [*self._splits, *(s for s in SPLITS if s not in self._splits and taskset_path(s).exists())]:
+            for t in self._split(name):
+                if t.id == task_id:
+                    return t
+        raise KeyError(f"no task with id {task_id!r} in this env's task set or the checked-in splits {SPLITS}")
 
     def _compile(self, task: TaskSpec) -> tuple[CompiledTask, str]:
         hit = self._compiled.get(task.id)
@@ -222,7 +237,8 @@ class ToolChainEnv(gym.Env):
 
     def oracle_action(self) -> Any:
         """The oracle's next action, in this renderer's action format."""
-        assert self.episode is not None
+        if self.episode is None:
+            raise RuntimeError("call reset() before oracle_action()")
         return self.encode(oracle_action(self.episode))
 
     @property

@@ -63,6 +63,9 @@ class Suite:
         owner: dict[str, str] = {}
         dirs = [Path(domain_dir) if domain_dir else _envs_dir() / "domains", *map(Path, extra_dirs)]
         for directory in dirs:
+            if not directory.is_dir():
+                raise DomainError(str(directory), "", "no such directory" if not directory.exists()
+                                  else "not a directory (give the directory that holds the domain files)")
             files = sorted(directory.glob("*.json"))
             if not files:
                 raise DomainError(str(directory), "", "no domain files (*.json) in this directory")

@@ -166,6 +166,21 @@ def test_empty_domain_directory(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(DomainError, match="no domain files"):
         Suite.load(extra_dirs=[tmp_path / "empty"])
+    with pytest.raises(DomainError, match="nowhere.*no such directory"):
+        Suite.load(extra_dirs=[tmp_path / "nowhere"])
+    (tmp_path / "file.json").write_text("{}")
+    with pytest.raises(DomainError, match="file.json.*not a directory"):
+        Suite.load(tmp_path / "file.json")
+
+
+def test_the_command_line_names_a_broken_domain_in_one_line(tmp_path: Path, capsys) -> None:
+    from rods_gym.cli import main
+
+    (tmp_path / "broken.json").write_text('{"name": 3}')
+    for command in (["skills"], ["graph", "--out", str(tmp_path / "g")], ["synth", "--n", "1", "--out", str(tmp_path / "s.jsonl")]):
+        assert main([*command, "--domains", str(tmp_path)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"rods {command[0]}: error: ") and "broken.json" in err and "Traceback" not in err
 
 
 def test_adding_a_domain_needs_no_code_change(library_suite: Suite) -> None:

@@ -228,6 +228,16 @@ def test_reset_seeding_and_options(easy_tasks, suite) -> None:
     dev = rods_gym.load_split("dev")
     _, info = env.reset(seed=1, options={"split": "dev"})
     assert info["task_id"] in {t.id for t in dev}
+    # a task id with its split, on an env that has not loaded that split yet; and without a split
+    test_id = rods_gym.load_split("test")[1].id
+    for options in ({"task": test_id, "split": "test"}, {"task": test_id}):
+        assert ToolChainEnv(mode="compact").reset(options=options)[1]["task_id"] == test_id
+    with pytest.raises(KeyError, match=f"no task with id '{test_id}' in split 'dev'"):
+        env.reset(options={"task": test_id, "split": "dev"})  # not silently the test task
+    with pytest.raises(ValueError, match="unknown split"):
+        env.reset(options={"task": test_id, "split": "tset"})
+    with pytest.raises(RuntimeError, match=r"call reset\(\) before oracle_action"):
+        ToolChainEnv(mode="chat").oracle_action()
     with pytest.raises(ValueError, match="unknown mode"):
         ToolChainEnv(mode="pixels")
     with pytest.raises(ValueError, match="unknown difficulty"):

@@ -40,7 +40,7 @@ def _play(monkeypatch, capsys, argv: list[str], lines: list[str]) -> str:
 ])
 def test_play_oracle_lines_solve_the_task(monkeypatch, capsys, mode, difficulty, seed, split) -> None:
     lines, task = _oracle_lines(mode, difficulty, seed, split)
-    argv = ["--seed", str(seed), "--mode", mode, "--difficulty", difficulty] + (["--split", split] if split else [])
+    argv = ["--seed", str(seed), "--mode", mode] + (["--split", split] if split else ["--difficulty", difficulty])
     out = _play(monkeypatch, capsys, argv, lines)
     assert f"task {task.id}" in out
     assert task.turns[0].message in out or mode == "compact"
@@ -69,6 +69,7 @@ def test_play_shorthand_errors_and_meta_commands(monkeypatch, capsys) -> None:
         ":help",
         ":tools",
         ":hint",
+        ":oracle",                                     # not a command: refused, not sent as a reply
         "{not json",                                   # malformed tool call
         f"{other} x=1",                                 # a tool not offered in this task
         f"{first.tool} bogus=1",                        # shorthand with a wrong argument
@@ -79,6 +80,7 @@ def test_play_shorthand_errors_and_meta_commands(monkeypatch, capsys) -> None:
     out = _play(monkeypatch, capsys, ["--seed", str(seed)], typed)
     assert ":tools  show the tools" in out
     assert f"hint    {lines[0]}" in out
+    assert "unknown command :oracle;" in out
     rewards = REWARD_LINE.findall(out)
     assert [e for _, _, e in rewards] == ["malformed", "unavailable_tool", "invalid_arguments", "none"]
     assert "is missing required argument(s)" in out
@@ -124,3 +126,28 @@ def test_describe_slots_shows_the_ids_the_view_shows() -> None:
     obs, _ = env.reset(seed=2)
     first = next(w for w in obs.split() if w.startswith("$"))
     assert f"  {first}=" in "  " + describe_slots(env)[len("slots   "):]
+
+
+def test_play_a_given_task_and_refuse_bad_options(monkeypatch, capsys) -> None:
+    from rods_gym import load_split
+
+    task = load_split("test")[7]
+    env = ToolChainEnv(mode="chat")
+    env.reset(options={"task": task.id})
+    lines = []
+    for _ in range(100):
+        lines.append(env.oracle_action())
+        if any(env.step(lines[-1])[2:4]):
+            break
+    for argv in (["--task", task.id], ["--task", task.id, "--split", "test"]):
+        out = _play(monkeypatch, capsys, argv, lines)
+        assert f"task {task.id}" in out and "success yes" in out
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    for argv, words in ((["--task", task.id, "--split", "dev"], f"no task with id '{task.id}' in split 'dev'"),
+                        (["--task", "test-9999"], "no task with id 'test-9999'"),
+                        (["--seed", "-1"], "--seed must be >= 0, got -1"),
+                        (["--max-steps", "0"], "--max-steps must be >= 1, got 0"),
+                        (["--split", "dev", "--difficulty", "hard"], "--difficulty picks sampled tasks")):
+        assert main(["play", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("rods play: error: ") and words in err, (argv, err)

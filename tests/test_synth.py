@@ -75,6 +75,7 @@ def test_rods_synth_cli(tmp_path: Path, suite: Suite, seeds: list[TaskSpec],
                "--naive", "--decontaminate", "none", "--no-progress"])
     naive = read_jsonl(tmp_path / "n.jsonl")
     assert rc == 0 and len(naive) == 15 and all(t.meta["resampler"] == "naive" for t in naive)
+    assert "tiers: none (naive resampler, 15 tasks)" in capsys.readouterr().out
     assert main(["synth", "--seeds", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "x.jsonl")]) == 2
     assert "neither a split" in capsys.readouterr().err
 

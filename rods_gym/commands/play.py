@@ -11,7 +11,7 @@ parameters). Type one action per line:
   ``reply $k``), or the shorthand ``tool_name param=$k ...``.
 
 Meta commands: ``:tools`` (show the tools), ``:hint`` (the oracle's next action),
-``:help``, ``:quit``. After each action the observation, the reward and the progress are
+``:help``, ``:quit``; any other line starting with ``:`` is refused, not sent as a reply. After each action the observation, the reward and the progress are
 printed; the episode ends when the task is done, on your final reply, or at the step limit.
 """
 
@@ -34,10 +34,13 @@ META_HELP = ":tools  show the tools   :hint  the oracle's next action   :help  t
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("play", help="play an episode by hand: type tool calls, see observations and rewards")
-    p.add_argument("--seed", type=int, default=0, help="episode seed (it picks the task)")
+    p.add_argument("--seed", type=int, default=0, help="episode seed (it picks the task), >= 0")
     p.add_argument("--mode", choices=("chat", "compact"), default="chat", help="the view to play in")
-    p.add_argument("--difficulty", choices=sorted(DIFFICULTIES), default="easy", help="sampler preset")
+    p.add_argument("--difficulty", choices=sorted(DIFFICULTIES), default=None,
+                   help="sampler preset (default easy; not with --split or --task)")
     p.add_argument("--split", choices=SPLITS, default=None, help="draw the task from a task set instead")
+    p.add_argument("--task", default=None, metavar="ID", help="play this task of the checked-in sets (e.g. test-0189; "
+                   "with --split, of that set)")
     p.add_argument("--max-steps", type=int, default=None, help="step limit (default: from the task's size)")
     p.set_defaults(func=run)
 
@@ -99,9 +102,10 @@ def describe_slots(env: ToolChainEnv) -> str:
 
 
 def play(env: ToolChainEnv, seed: int, read: Callable[[str], str] = input,
-         write: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run one hand-played episode; return a summary (return, progress, success, steps)."""
-    obs, info = env.reset(seed=seed)
+         write: Callable[[str], None] = print, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run one hand-played episode (``options``: the env's reset options, e.g. a task id); return a
+    summary (return, progress, success, steps)."""
+    obs, info = env.reset(seed=seed, options=options)
     task = env.task
     assert task is not None and env.episode is not None
     write(f"task {task.id}  ({len(task.calls)} required calls, {len(task.turns)} user turn(s), "
@@ -130,6 +134,9 @@ def play(env: ToolChainEnv, seed: int, read: Callable[[str], str] = input,
         if line == ":hint":
             write(f"hint    {env.oracle_action()}")
             continue
+        if line.startswith(":"):
+            write(f"unknown command {line.split()[0]}; {META_HELP}")
+            continue
         action = parse_shorthand(line, env.suite, env.mode) or line
         obs, reward, terminated, truncated, info = env.step(action)
         total += reward
@@ -153,10 +160,23 @@ def play(env: ToolChainEnv, seed: int, read: Callable[[str], str] = input,
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        env = ToolChainEnv(mode=args.mode, difficulty=args.difficulty, task_set=args.split, max_steps=args.max_steps)
-    except FileNotFoundError as exc:  # a task set that was not built
-        print(f"rods play: {exc}", file=sys.stderr)
+    mistakes = [m for bad, m in ((args.seed < 0, f"--seed must be >= 0, got {args.seed}"),
+                                 (args.max_steps is not None and args.max_steps < 1,
+                                  f"--max-steps must be >= 1, got {args.max_steps}"),
+                                 (args.difficulty is not None and (args.split or args.task),
+                                  "--difficulty picks sampled tasks; it does not apply with --split or --task"))
+                if bad]
+    if mistakes:
+        print(f"rods play: error: {mistakes[0]}", file=sys.stderr)
         return 2
-    play(env, args.seed)
+    options = {"task": args.task, **({"split": args.split} if args.split else {})} if args.task else None
+    try:
+        env = ToolChainEnv(mode=args.mode, difficulty=args.difficulty or "easy",
+                           task_set=None if args.task else args.split, max_steps=args.max_steps)
+        if options is not None:
+            env.reset(options=options)  # an unknown id fails here, before the episode is shown
+    except (FileNotFoundError, KeyError) as exc:  # a task set that was not built, a task id that is not there
+        print(f"rods play: error: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
+        return 2
+    play(env, args.seed, options=options)
     return 0

@@ -98,7 +98,10 @@ def run(args: argparse.Namespace) -> int:
           f"from {len(seeds)} seeds ({args.seeds}); resampler {resampler.kind}; "
           f"decontaminated against {', '.join(used) or 'nothing'} ({len(held_tasks)} tasks); "
           f"{len(exclude_tools)} held-out tools excluded")
-    print("tiers: " + json.dumps({str(k): v for k, v in sorted(tiers_made.items(), key=lambda kv: str(kv[0]))}))
+    if args.naive:  # the naive resampler ignores structure: it has no fallback tiers
+        print(f"tiers: none (naive resampler, {made} tasks)")
+    else:
+        print("tiers: " + json.dumps({str(k): v for k, v in sorted(tiers_made.items(), key=lambda kv: str(kv[0]))}))
     print("stats: " + json.dumps(resampler.stats))
     if made < args.n:
         print(f"rods synth: only {made} of {args.n} tasks could be made within the draw budget", file=sys.stderr)
