@@ -11,13 +11,14 @@ from rods_gym.trainer.config import load_config
 from rods_gym.trainer.loop import env_kwargs, eval_settings
 from rods_gym.trainer.policy import load_policy
 from rods_gym.trainer.rollout import RolloutEngine
-from rods_gym.trainer.tasks import load_tasks
+from rods_gym.trainer.tasks import load_tasks, spread
 
 
 def add_split_args(ap: argparse.ArgumentParser, *, samples: int, samples_help: str, out_help: str) -> None:
     """--split --tasks --samples --temperature --config --set --seed --threads --out."""
     ap.add_argument("--split", default="test", help="a task split name or a JSONL path")
-    ap.add_argument("--tasks", type=int, default=0, help="first N tasks of the split (0: all)")
+    ap.add_argument("--tasks", type=int, default=0, help="N tasks of the split, spread evenly over its depths as "
+                    "eval.tasks and rods evaluate take them (0: all)")
     ap.add_argument("--samples", type=int, default=samples, help=samples_help)
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--config", default="default", help="training config whose environment and limits to use")
@@ -29,9 +30,12 @@ def add_split_args(ap: argparse.ArgumentParser, *, samples: int, samples_help: s
 
 
 def split_tasks(args: argparse.Namespace) -> list[Any]:
-    """The first ``--tasks`` tasks of ``--split`` (all with 0), resolved through ``--config``'s data settings."""
+    """``--tasks`` tasks of ``--split`` spread evenly over it (all with 0), resolved through ``--config``'s data
+    settings: the checked-in splits are ordered by depth, so the first N would all be depth 1."""
+    if args.tasks < 0:
+        raise ValueError(f"--tasks must be >= 0 (0: all), got {args.tasks}")
     tasks = load_tasks(args.split, load_config(args.config, list(args.set)).data)
-    return tasks[: args.tasks] if args.tasks else tasks
+    return spread(tasks, args.tasks) if args.tasks else tasks
 
 
 def eval_engine(policy_dir: str | Path, config: str, temperature: float, overrides: Sequence[str] = ()) -> RolloutEngine:

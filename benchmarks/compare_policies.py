@@ -1,7 +1,7 @@
 """Compare saved policies on one task split, paired by task, with bootstrap confidence intervals.
 
     python benchmarks/compare_policies.py BASE OTHER [OTHER ...] --split test --samples 4
-    python benchmarks/compare_policies.py runs/default/sft_policy runs/default/checkpoints/step-000100/policy
+    python benchmarks/compare_policies.py runs/default/sft_policy runs/default/checkpoints/step-000060/policy
 
 Every policy (a ``save_pretrained`` directory: a warm start, a checkpoint's ``policy/``) plays each
 task of the split once greedily and ``--samples`` times sampled at ``--temperature`` from one
@@ -130,6 +130,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     args = ap.parse_intermixed_args(argv)
     if len(args.policies) < 2:
         ap.error("give a base policy and at least one other to compare with it")
+    if args.pool and len(set(args.policies)) < len(args.policies):
+        ap.error("--pool: a policy is given twice; each training seed's policy once")
     if args.samples < 0 or args.bootstrap < 1 or args.temperature <= 0 or args.batch_episodes < 0:
         ap.error("--samples and --batch-episodes must be >= 0, --bootstrap >= 1 and --temperature > 0")
     torch.set_num_threads(args.threads)
@@ -146,4 +148,6 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    main()
+    from _script import run_script
+
+    run_script(main)

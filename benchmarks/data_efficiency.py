@@ -361,8 +361,9 @@ def markdown(scale: Scale, summary: Mapping[str, Any], meta: Mapping[str, Any]) 
     dapo = arms.get("dapo", {}).get("refills")
     if dapo is not None and not dapo["active"] and dapo["steps_with_silent_groups"]:
         lines += ["", f"Note: the dapo arm had silent groups in {dapo['steps_with_silent_groups']} steps but no refill "
-                  "rollouts: the training loop did not run DAPO's refill rounds (``DynamicSampling.refill/select``), "
-                  "so this arm trained like `fixed` (silent groups kept, zero advantage)."]
+                  "rollouts: every step's own batch already reached the rollout budget, which refills may not pass "
+                  "(or the source asked for none), so this arm trained like `fixed` (silent groups kept, zero "
+                  "advantage)."]
     lines += ["", "Targets:", ""]
     for t in summary["targets"]:
         mark = {True: "PASS", False: "MISS", None: "n/a"}[t["passed"]]
@@ -496,4 +497,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from _script import run_script
+
+    run_script(main)

@@ -144,7 +144,7 @@ def time_sampler_fresh(n: int, processes: int) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--scale", choices=["smoke", "cpu"], default="cpu")
     parser.add_argument("--json", default=None, help="write the figures as JSON here")
     args = parser.parse_args()
@@ -184,4 +184,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from _script import run_script
+
+    run_script(main)

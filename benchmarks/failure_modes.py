@@ -154,4 +154,6 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    main()
+    from _script import run_script
+
+    run_script(main)

@@ -19,7 +19,7 @@ first N train-split tasks the starting policy fails greedily, all N in every ste
 (``rollout.tasks_per_step`` = N, the fixed source), and the report adds the greedy success on them
 after training (0 before, by construction) beside the test figures.
 
-    python benchmarks/grpo_probe.py runs/default/sft_policy /tmp/fit --fit 16 --steps 40 grpo.lr=2e-4
+    python benchmarks/grpo_probe.py runs/default/sft_policy /tmp/fit --fit 16 --steps 40 eval.samples=0
 """
 
 from __future__ import annotations
@@ -70,6 +70,24 @@ def failed_tasks(engine: RolloutEngine, tasks: Sequence[TaskSpec], n: int) -> li
     raise ValueError(f"--fit {n}: the policy fails only {len(out)} of the {len(tasks)} train tasks greedily")
 
 
+PROBE_OUTPUTS = frozenset({"probe.json", "checkpoints", "metrics.jsonl", "tensorboard"})
+
+
+def clear_output(out: Path, policy_dir: Path) -> None:
+    """Make ``out`` an empty directory, refusing to delete anything the probe did not write: the policy
+    (or a directory holding it, such as its run directory) and any directory holding other files than
+    an earlier (possibly interrupted) probe's ``PROBE_OUTPUTS``."""
+    out_r, policy_r = out.resolve(), policy_dir.resolve()
+    if out_r == policy_r or out_r in policy_r.parents:
+        raise ValueError(f"OUT {out} holds the policy {policy_dir}, and the probe would delete it; give another OUT")
+    foreign = sorted(p.name for p in out.iterdir() if p.name not in PROBE_OUTPUTS) if out.is_dir() else []
+    if foreign or (out.exists() and not out.is_dir()):
+        raise ValueError(f"OUT {out} holds files a probe does not write ({', '.join(foreign[:4]) or 'it is a file'}); "
+                         "the probe replaces its OUT, so give a new or empty directory")
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+
+
 def probe(policy_dir: str | Path, out: str | Path, *, steps: int, data_seed: int = 777, config: str = "default",
           overrides: Sequence[str] = (), eval_tasks: int = 400, threads: int = 1, fit: int = 0) -> dict[str, Any]:
     """GRPO from ``policy_dir`` for ``steps`` steps on fresh tasks (or, with ``fit``, on that many train
@@ -87,10 +105,11 @@ def probe(policy_dir: str | Path, out: str | Path, *, steps: int, data_seed: int
                          "would be the training tasks; pick another seed")
     cfg = load_config(config, [*overrides, f"run_dir={out}", f"steps={steps}", "time_limit_min=0", "progress_bar=false",
                                "tensorboard=false", "eval.every=0"])
+    if eval_tasks < 1:
+        raise ValueError(f"--eval-tasks must be >= 1 (test tasks, spread over depths), got {eval_tasks}")
     torch.set_num_threads(threads)
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    policy = load_policy(policy_dir, dtype=cfg.policy.dtype)
+    policy = load_policy(policy_dir, dtype=cfg.policy.dtype)  # before OUT is touched: a bad path loses nothing
+    clear_output(out, Path(policy_dir))
     engine = RolloutEngine(policy, cfg.data.env_id, eval_settings(cfg), env_kwargs(cfg))
     if fit:
         tasks = failed_tasks(engine, load_tasks(cfg.data.train_split, cfg.data), fit)
@@ -144,4 +163,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    from _script import run_script
+
+    run_script(main)

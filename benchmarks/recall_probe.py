@@ -104,6 +104,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--config", default="default", help="training config whose policy.* sizes to use")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
+    if args.steps < 1 or args.eval_every < 1 or not 1 <= args.pairs <= 200 or args.lr <= 0:
+        ap.error(f"--steps and --eval-every must be >= 1, --pairs in [1, 200] and --lr > 0; got --steps {args.steps}, "
+                 f"--eval-every {args.eval_every}, --pairs {args.pairs}, --lr {args.lr}")
     torch.set_num_threads(args.threads)
     pol = load_config(args.config).policy
     print(f"| arch | step | held-out query accuracy (chance {1 / args.pairs:.2f}) | loss | seconds |")
@@ -115,4 +118,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from _script import run_script
+
+    run_script(main)

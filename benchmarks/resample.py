@@ -215,6 +215,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="write the Markdown report here")
     ap.add_argument("--json", type=Path, default=None, help="write the raw figures here")
     args = ap.parse_args(argv)
+    small = [f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
+             if k in ("variants", "naive_variants", "per_seed", "repeats") and v < 1]
+    if small:
+        ap.error(f"{', '.join(small)}: --variants, --naive-variants, --per-seed and --repeats must be >= 1")
     suite = default_suite()
     seeds, held, excl, data = load_sets(suite)
     cfg = ResamplerConfig(exclude_tools=tuple(t for t in excl if t in suite.tools))
@@ -256,4 +260,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from _script import run_script
+
+    run_script(main)

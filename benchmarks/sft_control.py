@@ -1,7 +1,7 @@
 """The SFT control for a GRPO run: continue imitation from a saved policy, with no RL.
 
-    python benchmarks/sft_control.py runs/default/sft_policy /tmp/sft_control --steps 170 --lr 2e-4
-    python benchmarks/compare_policies.py runs/default/sft_policy /tmp/sft_control runs/default/checkpoints/step-000170/policy
+    python benchmarks/sft_control.py runs/default/sft_policy /tmp/sft_control --steps 60 --lr 5e-5
+    python benchmarks/compare_policies.py runs/default/sft_policy /tmp/sft_control runs/default/checkpoints/step-000060/policy
 
 GRPO moves a warm start away from where its SFT schedule left it. Whether a GRPO run's held-out
 change is RL's doing or the effect of more optimizer steps is answered by this control: the same
@@ -61,8 +61,8 @@ def main(argv: Sequence[str] | None = None) -> list[float]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("policy", help="the warm start (a save_pretrained directory)")
     ap.add_argument("out", help="where to save the continued policy")
-    ap.add_argument("--steps", type=int, default=170, help="optimizer steps (the GRPO run's)")
-    ap.add_argument("--lr", type=float, default=2e-4, help="the GRPO run's learning rate")
+    ap.add_argument("--steps", type=int, default=60, help="optimizer steps (the GRPO run's; default: the main job's)")
+    ap.add_argument("--lr", type=float, default=5e-5, help="the GRPO run's learning rate (default: the main job's)")
     ap.add_argument("--schedule", choices=SCHEDULES, default="constant")
     ap.add_argument("--batch", type=int, default=32, help="demonstrations per step (grpo.sft_batch)")
     ap.add_argument("--config", default="default", help="training config whose demonstrations to imitate")
@@ -81,4 +81,6 @@ def main(argv: Sequence[str] | None = None) -> list[float]:
 
 
 if __name__ == "__main__":
-    main()
+    from _script import run_script
+
+    run_script(main)

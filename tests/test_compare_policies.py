@@ -28,11 +28,9 @@ def test_a_policy_against_itself_differs_by_zero_and_another_is_compared_per_tas
     a = warm_tiny_policy(tmp_path / "a", sft_steps=30)
     b = warm_tiny_policy(tmp_path / "b", sft_steps=2)
     rows = cp.main([str(a), str(a), str(b), "--split", str(tmp_path / "tasks.jsonl"), "--samples", "2",
-                    "--bootstrap", "200", "--out", str(tmp_path / "rows.json"), "--pool", "arm"])
+                    "--bootstrap", "200", "--out", str(tmp_path / "rows.json")])
     figures = {"greedy_success", "greedy_progress", "sampled_success", "sampled_progress"}
-    assert {r["figure"] for r in rows} == figures and len(rows) == 12  # base, one other (a twice is one key), pooled
-    pooled = {r["figure"]: r for r in rows if r["policy"] == "arm (1 seed)"}
-    rows = [r for r in rows if r["policy"] != "arm (1 seed)"]
+    assert {r["figure"] for r in rows} == figures and len(rows) == 8  # base + one other (a twice is one key)
     # the same directory is the base itself: only the other policy gets a difference
     base = [r for r in rows if r["policy"] == str(a)]
     other = {r["figure"]: r for r in rows if r["policy"] == str(b)}
@@ -41,9 +39,14 @@ def test_a_policy_against_itself_differs_by_zero_and_another_is_compared_per_tas
         base_mean = next(x["mean"] for x in base if x["figure"] == key)
         assert r["diff"] == pytest.approx(r["mean"] - base_mean)
         assert r["lo"] <= r["diff"] <= r["hi"] and 0.0 <= r["mean"] <= 1.0
-        assert pooled[key]["diff"] == pytest.approx(r["diff"])  # one seed pooled is that seed
-    assert json.loads((tmp_path / "rows.json").read_text()) == rows + list(pooled.values())
+    assert json.loads((tmp_path / "rows.json").read_text()) == rows
     assert "difference = policy -" in capsys.readouterr().out
+    pooled = cp.main([str(a), str(b), "--split", str(tmp_path / "tasks.jsonl"), "--samples", "0", "--bootstrap", "200",
+                      "--pool", "arm"])
+    one = {r["figure"]: r for r in pooled if r["policy"] == "arm (1 seed)"}
+    assert set(one) == {"greedy_success", "greedy_progress"}
+    for key, r in one.items():  # one seed pooled is that seed
+        assert r["diff"] == pytest.approx(other[key]["diff"])
 
 
 def test_batched_episodes_keep_every_task_in_its_place(cp, tmp_path: Path) -> None:
@@ -110,6 +113,36 @@ def test_pooled_seeds_average_their_differences_and_carry_the_spread_between_see
 def test_rejects_a_single_policy(cp) -> None:
     with pytest.raises(SystemExit):
         cp.main(["only_one"])
+    with pytest.raises(SystemExit):  # a seed given twice would silently count once
+        cp.main(["base", "s0", "s0", "--pool", "arm"])
+
+
+def test_task_counts_spread_over_the_split_and_negative_ones_are_refused(tmp_path: Path) -> None:
+    import argparse
+
+    with benchmarks_on_path():
+        from _policy_eval import split_tasks
+
+    args = argparse.Namespace(split="test", config="default", set=[], tasks=5)
+    depths = [t.meta["knobs"]["depth"] for t in split_tasks(args)]
+    assert len(depths) == 5 and len(set(depths)) == 5  # one per depth, not the first five (all depth 1)
+    with pytest.raises(ValueError, match="--tasks must be >= 0"):
+        split_tasks(argparse.Namespace(**{**vars(args), "tasks": -3}))
+
+
+def test_benchmark_scripts_name_a_bad_input_in_one_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    here = Path(__file__).resolve().parents[1] / "benchmarks"
+    for argv, words in ((["compare_policies.py", str(tmp_path / "nope"), str(tmp_path / "nope2"), "--samples", "0"],
+                         "compare_policies.py: error: cannot load policy"),
+                        (["resample.py", "--repeats", "0"], "--repeats 0: --variants, --naive-variants"),
+                        (["recall_probe.py", "--eval-every", "0"], "--eval-every must be >= 1")):
+        done = subprocess.run([sys.executable, str(here / argv[0]), *argv[1:]], capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 2 and words in done.stderr, (argv, done.stderr[-800:])
+        assert "Traceback" not in done.stderr
 
 
 # -- benchmarks/sft_control.py: the no-RL control for a GRPO run ---------------------------
@@ -191,6 +224,28 @@ def test_grpo_probe_rejects_the_warm_starts_own_tasks_and_no_steps(gp, tmp_path:
     for bad in (["--data-seed", "505"], ["--steps", "0"]):
         with pytest.raises(SystemExit):
             gp.main(["unused", str(tmp_path / "x"), *bad])
+
+
+def test_grpo_probe_never_deletes_what_it_did_not_write(gp, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    policy = warm_tiny_policy(run / "sft_policy", sft_steps=2)
+    (run / "config.yaml").write_text("name: x\n")
+    for out in (run, run / "sft_policy"):  # the run directory, or the policy itself
+        with pytest.raises(ValueError, match="holds the policy"):
+            gp.probe(policy, out, steps=1, eval_tasks=2)
+    with pytest.raises(ValueError, match="holds files a probe does not write \\(config.yaml"):
+        gp.clear_output(run, tmp_path / "elsewhere")  # a policy elsewhere, OUT a directory of other files
+    earlier = tmp_path / "earlier"
+    (earlier / "checkpoints").mkdir(parents=True)
+    (earlier / "probe.json").write_text("{}")
+    with pytest.raises(FileNotFoundError):  # a mistyped policy path: OUT is untouched
+        gp.probe(tmp_path / "nope", earlier, steps=1, eval_tasks=2)
+    assert (earlier / "probe.json").exists()
+    gp.clear_output(earlier, policy)  # an earlier probe's output is replaced
+    assert earlier.is_dir() and not any(earlier.iterdir())
+    assert (run / "sft_policy" / "config.json").exists() and (run / "config.yaml").exists()
+    with pytest.raises(ValueError, match="--eval-tasks must be >= 1"):
+        gp.probe(policy, tmp_path / "new", steps=1, eval_tasks=0)
 
 
 def test_grpo_probe_fit_trains_on_train_tasks_the_policy_fails(gp, tmp_path: Path, capsys) -> None:

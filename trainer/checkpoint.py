@@ -85,8 +85,10 @@ def check_world_size(path: Path, world: int) -> None:
     every step's tasks, and its sampling generator, depend on it."""
     wrote = checkpoint_processes(path)
     if wrote != world:
+        how = (f"e.g. accelerate launch --multi_gpu --num_processes {wrote} -m rods_gym.cli train --resume ... "
+               "(--multi_gpu is needed on a CPU too)" if wrote > 1 else "rods train --resume ..., in one process")
         raise ValueError(f"checkpoint {path} was written by {wrote} process(es); resume it with {wrote} "
-                         f"(this run has {world}), e.g. accelerate launch --num_processes {wrote} ...")
+                         f"(this run has {world}): {how}")
 
 
 def load_trainer_state(path: Path) -> dict[str, Any]:

@@ -25,6 +25,7 @@ def plot_training_curve(history: Sequence[Mapping[str, Any]], eval_points: Mappi
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     steps = [h["step"] for h in history]
@@ -33,6 +34,8 @@ def plot_training_curve(history: Sequence[Mapping[str, Any]], eval_points: Mappi
         vals = [h[key] for h in history]
         ax1.plot(steps, vals, alpha=0.25)
         ax1.plot(steps, _smooth(vals, window), label=f"{label} (smoothed)")
+    ax1.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers, even over a short run
+    ax2.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax1.set_xlabel("GRPO step")
     ax1.set_ylabel("training rollouts")
     ax1.set_ylim(0, 1)
