@@ -155,14 +155,23 @@ class RecordingSource:
 
 
 class DynamicRecordingSource(RecordingSource):
-    """A :class:`RecordingSource` around a dynamic-sampling source: its refills and selection are the inner's."""
+    """A :class:`RecordingSource` around a dynamic-sampling source: its refills and selection are the inner's,
+    except that with ``budget`` set (the rollouts the arm may reach, ``group_size`` each refill task) a
+    refill round gets only the tasks that still fit, so that DAPO's refills keep to the equal rollout
+    budget every arm has."""
+
+    budget: int | None = None
+    group_size: int = 1
 
     @property
     def max_refill_rounds(self) -> int:
         return int(self.inner.max_refill_rounds)
 
     def refill(self, step: int) -> list[TaskSpec]:
-        return self.inner.refill(step)
+        more = self.inner.refill(step)
+        if self.budget is None:
+            return more
+        return more[:max(0, (self.budget - self.rollouts) // max(self.group_size, 1))]
 
     def select(self, groups: Sequence[GroupResult]) -> list[GroupResult]:
         return self.inner.select(groups)
@@ -272,6 +281,8 @@ def run_arm(job: ArmJob) -> dict[str, Any]:
                 if source.rollouts >= target:
                     break
                 n = _chunk_steps(target, source.rollouts, steps, per_step)
+                if isinstance(source, DynamicRecordingSource):  # refills stop at the budget
+                    source.budget, source.group_size = int(target), cfg.rollout.group_size
                 t1 = time.perf_counter()
                 result = grpo_train(dataclasses.replace(cfg, steps=steps + n), policy, seeds,
                                     run_dir=cfg.run_dir, accelerator=accelerator, resume=steps > 0, source=source)

@@ -301,7 +301,9 @@ def check_targets(arms: Mapping[str, Any], boot: Mapping[str, int] | None = None
     if rods and "region_variance" in rods:
         r = rods["region_variance"]["ratio"]
         ahead = rods["region_variance"]["ratio_next_appearance"]
-        t.update(ratio=r, ratio_next_appearance=ahead, passed=bool(np.isfinite(r["ratio"]) and r["ratio"] >= 2.0))
+        # with no boundary (or no other) group the ratio is undefined: not measured, rather than missed
+        measured = bool(np.isfinite(r["ratio"]))
+        t.update(ratio=r, ratio_next_appearance=ahead, passed=bool(r["ratio"] >= 2.0) if measured else None)
         t["detail"] = (f"pooled ratio {r['ratio']:.2f} [{r['lo']:.2f}, {r['hi']:.2f}] over {r['n_boundary']} boundary "
                        f"and {r['n_rest']} other groups; one appearance ahead {ahead['ratio']:.2f} "
                        f"[{ahead['lo']:.2f}, {ahead['hi']:.2f}]")

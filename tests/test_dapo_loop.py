@@ -249,3 +249,21 @@ def test_two_processes_agree_on_the_dapo_selection(task_file: Path, warm_policy:
     assert sum(h["rollouts"] for h in r0["history"]) == r0["generated"] + r1["generated"]
     # a step that kept one group trained on one process's rollouts only: the other ran null rows
     assert any(h["groups_kept"] == 1 for h in r0["history"])
+
+
+def test_a_budget_caps_the_refills_of_a_recorded_dapo_source(task_file: Path, warm_policy: Path, tmp_path: Path,
+                                                              runner_module: Any) -> None:
+    """data_efficiency.py's equal rollout budget holds for DAPO too: with ``budget`` set, a refill round gets
+    only the tasks that still fit, so refills never take the arm past it (run_arm stops stepping there; a
+    step's own batch is what every arm may overshoot by)."""
+    unbudgeted = runner_module.RecordingSource(dapo_source(dapo_config(task_file, tmp_path / "x")),
+                                               [t.id for t in seed_tasks()])
+    _train(dapo_config(task_file, tmp_path / "free"), warm_policy, unbudgeted)
+    assert unbudgeted.rollouts > STEPS * N * G + G  # without a budget, refills add more than one group
+    for room, name in ((0, "none"), (G, "one")):  # room after the first step's batch: no refill, one refill group
+        cfg = dapo_config(task_file, tmp_path / name)
+        source = runner_module.RecordingSource(dapo_source(cfg), [t.id for t in seed_tasks()])
+        source.budget, source.group_size = N * G + room, G
+        _, result = _train(cfg, warm_policy, source)
+        assert result.steps_done == STEPS and sum(h["rollouts"] for h in result.history) == source.rollouts
+        assert 0 <= source.rollouts - STEPS * N * G <= room  # refills stayed within the room

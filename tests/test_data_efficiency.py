@@ -96,7 +96,7 @@ def test_targets_pass_miss_and_vacuous(de) -> None:
     assert reach["passed"] is True and reach["fraction"] == pytest.approx(4 / 100)
     assert "fixed" in fixed["name"] and fixed["passed"] is True  # 0.8 vs 0.0: the intervals do not overlap
     assert "augment" in augment["name"] and augment["passed"] is False  # equal: they overlap
-    assert ratio["passed"] is False and np.isnan(ratio["ratio"]["ratio"])  # the other groups all have u = 0
+    assert ratio["passed"] is None and np.isnan(ratio["ratio"]["ratio"])  # the other groups all have u = 0: n/a
     assert silent["rods_late"] == pytest.approx(0.25) and silent["fixed_late"] == pytest.approx(0.5)
     assert silent["passed"] is True
     per_depth = summary["arms"]["rods"]["final"]["test"]["per_depth"]
