@@ -160,7 +160,7 @@ def report(res: dict[str, Any]) -> str:
              f"- machine: {res['machine']}; load average at start/end {res['load_start']} / {res['load_end']} "
              "(other jobs shared the cores: CPU-time rates are the fairer figure)", f"- data: {res['data']}",
              f"- world generation before timing: {res['world_setup_s']:.2f} s for {res['worlds']} worlds (cached)\n",
-             f"## Speed at tier 0 (exact signature), {res['per_seed']} variants asked per seed, "
+             f"## Speed at tier 0 (exact signature), {res['per_seed']} variant{'' if res['per_seed'] == 1 else 's'} asked per seed, "
              f"fastest of {res['repeats']} repeats\n",
              "| depth | seeds | variants | variants/s (CPU) | median of repeats (CPU) | variants/s (wall) |",
              "|---|---|---|---|---|---|"]

@@ -337,6 +337,6 @@ def run_training(cfg: TrainConfig, *, resume: bool = False, inputs: RunInputs | 
         plot_training_curve(loop.history, points, run_dir / "training_curve.png",
                             title=f"{cfg.name}: {policy.name} on {cfg.data.env_id}")
     log(_success_table(before, after))
-    log(f"GRPO: {loop.steps_done} steps, {summary['episodes']} episodes, {grpo_seconds:.0f}s; "
+    log(f"GRPO: {loop.steps_done} step{'' if loop.steps_done == 1 else 's'}, {summary['episodes']} episodes, {grpo_seconds:.0f}s; "
         f"job {summary['job_seconds_this_run']:.0f}s; curve {run_dir / 'training_curve.png'}")
     return summary
