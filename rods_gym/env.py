@@ -141,19 +141,22 @@ class ToolChainEnv(gym.Env):
     def _task_by_id(self, task_id: str, split: str | None) -> TaskSpec:
         """A task named by id: in ``split`` when one is given, else in the env's own task set, then in
         the checked-in splits (each loaded once, when first needed)."""
+        def find(name: str) -> TaskSpec | None:
+            return next((t for t in self._split(name) if t.id == task_id), None)
+
         if split is not None:
-            for t in self._split(split):
-                if t.id == task_id:
-                    return t
-            raise KeyError(f"no task with id {task_id!r} in split {split!r}")
+            hit = find(split)
+            if hit is None:
+                raise KeyError(f"no task with id {task_id!r} in split {split!r}")
+            return hit
         if task_id in self._by_id:
             return self._by_id[task_id]
         from rods_gym.envs import SPLITS, taskset_path
 
         for name in [*self._splits, *(s for s in SPLITS if s not in self._splits and taskset_path(s).exists())]:
-            for t in self._split(name):
-                if t.id == task_id:
-                    return t
+            hit = find(name)
+            if hit is not None:
+                return hit
         raise KeyError(f"no task with id {task_id!r} in this env's task set or the checked-in splits {SPLITS}")
 
     def _compile(self, task: TaskSpec) -> tuple[CompiledTask, str]:
