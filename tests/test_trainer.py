@@ -378,6 +378,29 @@ def test_action_level_term_trains_on_per_action_rewards(task_file: Path, warm_po
     assert token_advantages(tr, 0.25, [1.0, -1.0], 0.5) == [0.0, 0.75, 0.75, 0.0, -0.25, 0.0]
 
 
+def test_missed_actions_never_get_a_positive_advantage() -> None:
+    """``grpo.miss_credit: nonpositive``: the tokens of a rejected action, or of one accepted without
+    effect, keep a negative advantage and lose a positive one; other actions keep theirs. Without the
+    env's effects, an action that earned nothing is the miss."""
+    from rods_gym.trainer.loop import no_credit_for_misses
+    from rods_gym.trainer.rollout import Trajectory, is_miss
+    from rods_gym.trainer.transcript import Transcript
+
+    tr = Trajectory(task=seed_tasks()[0], task_index=0,
+                    transcript=Transcript([5, 6, 7, 8, 9, 10, 11], [0, 1, 1, 0, 1, 0, 1], [0.0] * 7),
+                    rewards=[0.0, 0.0, 0.5], action_spans=[(1, 3), (4, 5), (6, 7)],
+                    effects=["rejected", "revealed", "progress"])
+    assert [is_miss(tr, t) for t in range(3)] == [True, False, False]
+    assert no_credit_for_misses(tr, [0.8] * 7) == [0.8, 0.0, 0.0, 0.8, 0.8, 0.8, 0.8]
+    assert no_credit_for_misses(tr, [-0.3] * 7) == [-0.3] * 7
+    tr.effects = ["progress", "none", "progress"]  # accepted without effect: a miss too
+    assert no_credit_for_misses(tr, [0.5, 1.0, -1.0, 0.5, 2.0, 0.5, 0.5]) == [0.5, 1.0, -1.0, 0.5, 0.0, 0.5, 0.5]
+    tr.effects = []  # no effects recorded: the actions that earned nothing
+    assert [is_miss(tr, t) for t in range(3)] == [True, True, False]
+    with pytest.raises(ValueError, match="miss_credit"):
+        load_config(None, ["grpo.miss_credit=zero"])
+
+
 def test_advantage_and_loss_options_change_the_update(task_file: Path, warm_policy: Path,
                                                                          tmp_path: Path) -> None:
     """``grpo.action_grouping: state`` (GiGPO), ``grpo.negative_weight``, ``grpo.gamma`` and
@@ -391,7 +414,8 @@ def test_advantage_and_loss_options_change_the_update(task_file: Path, warm_poli
     plain, _ = _run(tiny_config(task_file, tmp_path / "plain", steps="1"), warm_policy)
     variants = {"state": {"grpo.action_weight": "1.0", "grpo.action_grouping": "state"},
                 "positive": {"grpo.negative_weight": "0.0"}, "discounted": {"grpo.gamma": "0.5"},
-                "step_only": {"grpo.action_weight": "1.0", "grpo.action_grouping": "state", "grpo.episode_weight": "0.0"}}
+                "step_only": {"grpo.action_weight": "1.0", "grpo.action_grouping": "state", "grpo.episode_weight": "0.0"},
+                "miss_credit": {"grpo.miss_credit": "nonpositive"}}
     updated = {}
     for name, overrides in variants.items():
         other, _ = _run(tiny_config(task_file, tmp_path / name, steps="1", **overrides), warm_policy)

@@ -126,6 +126,11 @@ class GRPOConfig:
     sft_batch: int = 32
     # scale of negative episode advantages (1: plain GRPO; 0: positive-sample reinforcement only)
     negative_weight: float = 1.0
+    # credit of a missed action (rejected, or accepted without effect: rollout.MISSES). "episode": its
+    # tokens get the episode's advantage like every other action's (GRPO). "nonpositive": never a
+    # positive one (min(A, 0)), so an episode that succeeds after a wrong call and a retry reinforces
+    # the retry but not the wrong call. The return, and so the incentive to keep trying, is unchanged.
+    miss_credit: str = "episode"
 
 
 @dataclass(frozen=True)
@@ -221,6 +226,7 @@ CHOICES = {
     ("grpo", "aggregation"): ("token", "sequence", "dr_grpo"),
     ("grpo", "scheduler"): ("constant", "linear", "cosine"),
     ("grpo", "action_grouping"): ("group", "state"),
+    ("grpo", "miss_credit"): ("episode", "nonpositive"),
     ("policy", "dtype"): ("float32", "bfloat16", "float16"),
     ("policy", "compact_tokens"): ("words", "pieces"),
     ("policy", "architecture"): ("llama", "lfm2"),

@@ -41,7 +41,7 @@ from .grpo import (Batch, LossSettings, action_advantages, discounted_return, gr
                    state_advantages, token_logprobs, weigh_negatives)
 from .metrics import MetricsLogger
 from .policy import Policy, load_policy, save_policy
-from .rollout import RolloutEngine, RolloutSettings, RolloutStats, Trajectory, branch_before_first_miss
+from .rollout import RolloutEngine, RolloutSettings, RolloutStats, Trajectory, branch_before_first_miss, is_miss
 from .sft import Demo, demonstrations, sft_batch_loss
 from .sources import make_source, source_env_options
 from .task_source import GroupResult, TaskSource
@@ -90,6 +90,16 @@ def token_advantages(tr: Trajectory, episode: float, actions: Sequence[float], w
     out = [0.0] * len(tr.transcript)
     for (start, end), a in zip(tr.action_spans, actions):
         out[start:end] = [episode + weight * a] * (end - start)
+    return out
+
+
+def no_credit_for_misses(tr: Trajectory, advantages: Sequence[float]) -> list[float]:
+    """``advantages`` (one per token of ``tr``) with the tokens of each missed action (``rollout.is_miss``)
+    capped at 0: a miss is never reinforced, whatever the episode's outcome."""
+    out = list(advantages)
+    for t, (start, end) in enumerate(tr.action_spans):
+        if is_miss(tr, t):
+            out[start:end] = [min(a, 0.0) for a in out[start:end]]
     return out
 
 
@@ -426,6 +436,10 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
             per_action = [a for grp in grouped for a in grp]
             advantages = [token_advantages(tr, a_ep, a_act, g.action_weight)
                           for tr, a_ep, a_act in zip(trajs, advantages, per_action)]
+        per_token = g.action_weight > 0 or g.miss_credit == "nonpositive"
+        if g.miss_credit == "nonpositive":
+            advantages = [no_credit_for_misses(tr, a if isinstance(a, list) else [a] * len(tr.transcript))
+                          for tr, a in zip(trajs, advantages)]
 
         # 3. the update (skipped, on every process alike, when the source kept no group). A process
         #    with fewer trajectories than minibatches pads with null rows (no generated token: no loss,
@@ -440,7 +454,7 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
             batch = make_batch([tr.transcript.ids for tr in trajs] + [null_ids] * n_null,
                                [tr.transcript.action_mask for tr in trajs] + [[0, 0]] * n_null,
                                [tr.transcript.logprobs for tr in trajs] + [[0.0, 0.0]] * n_null,
-                               advantages + ([[0.0, 0.0]] * n_null if g.action_weight > 0 else [0.0] * n_null),
+                               advantages + ([[0.0, 0.0]] * n_null if per_token else [0.0] * n_null),
                                policy.pad_id)
             real = torch.tensor([1.0] * len(trajs) + [0.0] * n_null)
             update_tokens = float(batch.attention_mask[: len(trajs)].sum()) * g.epochs

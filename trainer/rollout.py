@@ -125,15 +125,20 @@ def branch_after_first_rejection(tr: "Trajectory", budget: int) -> Branch | None
 MISSES = ("rejected", "none")  # info["effect"] of an action that did nothing the task needs
 
 
+def is_miss(tr: "Trajectory", t: int) -> bool:
+    """Whether action ``t`` of ``tr`` did nothing the task needs (``first_miss`` says what counts)."""
+    if len(tr.effects) == len(tr.rewards) and all(tr.effects):
+        return tr.effects[t] in MISSES
+    return tr.rewards[t] <= 0.0
+
+
 def first_miss(tr: "Trajectory") -> int | None:
     """Index of ``tr``'s first action that did nothing the task needs: rejected, or accepted without
     effect (a call with wrong arguments, an ask with nothing to add, a final reply without the answer;
     the env's ``info["effect"]``). Asks that reveal facts, replies that unlock tools or open the next
     turn are not misses, though they earn no reward. Without effects recorded: the first action with
     reward <= 0."""
-    if len(tr.effects) == len(tr.rewards) and all(tr.effects):
-        return next((t for t, e in enumerate(tr.effects) if e in MISSES), None)
-    return next((t for t, r in enumerate(tr.rewards) if r <= 0.0), None)
+    return next((t for t in range(len(tr.rewards)) if is_miss(tr, t)), None)
 
 
 def branch_before_first_miss(tr: "Trajectory") -> Branch | None:
