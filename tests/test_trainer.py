@@ -383,20 +383,20 @@ def test_missed_actions_never_get_a_positive_advantage() -> None:
     effect, keep a negative advantage and lose a positive one; other actions keep theirs. Without the
     env's effects, an action that earned nothing is the miss."""
     from rods_gym.trainer.loop import no_credit_for_misses
-    from rods_gym.trainer.rollout import Trajectory, is_miss
+    from rods_gym.trainer.rollout import Trajectory, misses
     from rods_gym.trainer.transcript import Transcript
 
     tr = Trajectory(task=seed_tasks()[0], task_index=0,
                     transcript=Transcript([5, 6, 7, 8, 9, 10, 11], [0, 1, 1, 0, 1, 0, 1], [0.0] * 7),
                     rewards=[0.0, 0.0, 0.5], action_spans=[(1, 3), (4, 5), (6, 7)],
                     effects=["rejected", "revealed", "progress"])
-    assert [is_miss(tr, t) for t in range(3)] == [True, False, False]
+    assert misses(tr) == [True, False, False]
     assert no_credit_for_misses(tr, [0.8] * 7) == [0.8, 0.0, 0.0, 0.8, 0.8, 0.8, 0.8]
     assert no_credit_for_misses(tr, [-0.3] * 7) == [-0.3] * 7
     tr.effects = ["progress", "none", "progress"]  # accepted without effect: a miss too
     assert no_credit_for_misses(tr, [0.5, 1.0, -1.0, 0.5, 2.0, 0.5, 0.5]) == [0.5, 1.0, -1.0, 0.5, 0.0, 0.5, 0.5]
     tr.effects = []  # no effects recorded: the actions that earned nothing
-    assert [is_miss(tr, t) for t in range(3)] == [True, True, False]
+    assert misses(tr) == [True, True, False]
     with pytest.raises(ValueError, match="miss_credit"):
         load_config(None, ["grpo.miss_credit=zero"])
 

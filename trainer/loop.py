@@ -41,7 +41,7 @@ from .grpo import (Batch, LossSettings, action_advantages, discounted_return, gr
                    state_advantages, token_logprobs, weigh_negatives)
 from .metrics import MetricsLogger
 from .policy import Policy, load_policy, save_policy
-from .rollout import RolloutEngine, RolloutSettings, RolloutStats, Trajectory, branch_before_first_miss, is_miss
+from .rollout import RolloutEngine, RolloutSettings, RolloutStats, Trajectory, branch_before_first_miss, misses
 from .sft import Demo, demonstrations, sft_batch_loss
 from .sources import make_source, source_env_options
 from .task_source import GroupResult, TaskSource
@@ -94,11 +94,11 @@ def token_advantages(tr: Trajectory, episode: float, actions: Sequence[float], w
 
 
 def no_credit_for_misses(tr: Trajectory, advantages: Sequence[float]) -> list[float]:
-    """``advantages`` (one per token of ``tr``) with the tokens of each missed action (``rollout.is_miss``)
+    """``advantages`` (one per token of ``tr``) with the tokens of each missed action (``rollout.misses``)
     capped at 0: a miss is never reinforced, whatever the episode's outcome."""
     out = list(advantages)
-    for t, (start, end) in enumerate(tr.action_spans):
-        if is_miss(tr, t):
+    for (start, end), missed in zip(tr.action_spans, misses(tr)):
+        if missed:
             out[start:end] = [min(a, 0.0) for a in out[start:end]]
     return out
 

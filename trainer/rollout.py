@@ -125,11 +125,11 @@ def branch_after_first_rejection(tr: "Trajectory", budget: int) -> Branch | None
 MISSES = ("rejected", "none")  # info["effect"] of an action that did nothing the task needs
 
 
-def is_miss(tr: "Trajectory", t: int) -> bool:
-    """Whether action ``t`` of ``tr`` did nothing the task needs (``first_miss`` says what counts)."""
+def misses(tr: "Trajectory") -> list[bool]:
+    """Per action of ``tr``, whether it did nothing the task needs (``first_miss`` says what counts)."""
     if len(tr.effects) == len(tr.rewards) and all(tr.effects):
-        return tr.effects[t] in MISSES
-    return tr.rewards[t] <= 0.0
+        return [e in MISSES for e in tr.effects]
+    return [r <= 0.0 for r in tr.rewards]
 
 
 def first_miss(tr: "Trajectory") -> int | None:
@@ -138,7 +138,7 @@ def first_miss(tr: "Trajectory") -> int | None:
     the env's ``info["effect"]``). Asks that reveal facts, replies that unlock tools or open the next
     turn are not misses, though they earn no reward. Without effects recorded: the first action with
     reward <= 0."""
-    return next((t for t in range(len(tr.rewards)) if is_miss(tr, t)), None)
+    return next((t for t, missed in enumerate(misses(tr)) if missed), None)
 
 
 def branch_before_first_miss(tr: "Trajectory") -> Branch | None:
