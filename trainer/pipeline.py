@@ -33,7 +33,7 @@ from .metrics import MetricsLogger, read_jsonl
 from .plots import plot_training_curve
 from .policy import Policy, load_policy, longest_compact_call, make_policy, save_policy
 from .rollout import RolloutEngine
-from .sft import MAX_DEMO_STEPS, Demo, demonstrations, env_mode, train_sft
+from .sft import Demo, demonstrations, env_mode, oracle_episode, train_sft
 from .sources import make_source
 from .task_source import TaskSource
 from .threads import torch_threads
@@ -251,13 +251,8 @@ def check_view_vocabulary(cfg: TrainConfig, policy: Policy, episodes: int = 3) -
     env = gym.make(cfg.data.env_id, **env_kwargs(cfg))
     texts: list[str] = []
     for seed in range(episodes):
-        obs, _ = env.reset(seed=seed)
-        for _ in range(MAX_DEMO_STEPS):  # the env truncates first; the bound is the loop's own
-            action = env.unwrapped.oracle_action()
+        for obs, action in oracle_episode(env, seed):
             texts += [str(obs), str(action)]
-            obs, _, terminated, truncated, _ = env.step(action)
-            if terminated or truncated:
-                break
     env.close()
     ids = [i for row in tok(texts, add_special_tokens=False)["input_ids"] for i in row]
     unknown = sum(i == tok.unk_token_id for i in ids) / max(len(ids), 1)

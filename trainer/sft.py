@@ -102,16 +102,22 @@ def make_demonstrations(policy: Policy, tasks: Sequence[TaskSpec], env_id: str,
     return demos
 
 
+def oracle_episode(env: gym.Env, seed: int, options: Mapping[str, Any] | None = None) -> Iterator[tuple[Any, Any]]:
+    """The oracle's episode on ``env`` from ``reset(seed=seed, options=options)``: per step, the observation
+    and the oracle's action on it (stepped once the caller takes the next pair), at most MAX_DEMO_STEPS."""
+    obs, _ = env.reset(seed=seed, options=None if options is None else dict(options))
+    for _ in range(MAX_DEMO_STEPS):
+        action = env.unwrapped.oracle_action()
+        yield obs, action
+        obs, _, terminated, truncated, _ = env.step(action)
+        if terminated or truncated:
+            return
+
+
 def _oracle_length(env: gym.Env, seed: int, task: TaskSpec) -> int:
     """The number of actions of the oracle's episode of ``task``, played on ``env``. (Exact, unlike
     ``rollout.oracle_actions``, a bound that counts a reply for every user turn.)"""
-    env.reset(seed=seed, options={"task": task})
-    n = 0
-    for n in range(1, MAX_DEMO_STEPS + 1):
-        *_, terminated, truncated, _ = env.step(env.unwrapped.oracle_action())
-        if terminated or truncated:
-            break
-    return n
+    return sum(1 for _ in oracle_episode(env, seed, {"task": task}))
 
 
 def _episode_marks(env: gym.Env) -> tuple[Any, ...]:
