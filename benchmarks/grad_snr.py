@@ -24,8 +24,9 @@ import torch
 
 from rods_gym.envs.build_tasksets import demonstration_tasks
 from rods_gym.trainer.config import load_config
-from rods_gym.trainer.grpo import LossSettings, group_advantages, grpo_loss, make_batch
-from rods_gym.trainer.loop import env_kwargs, rollout_settings
+from rods_gym.trainer.grpo import LossSettings, group_advantages, grpo_loss, make_batch, weigh_negatives
+from rods_gym.trainer.config import GRPOConfig
+from rods_gym.trainer.loop import env_kwargs, grpo_loss_settings, rollout_settings
 from rods_gym.trainer.policy import load_policy
 from rods_gym.trainer.rollout import RolloutEngine
 
@@ -44,13 +45,17 @@ def snr_estimate(grads: torch.Tensor) -> dict[str, float]:
 
 
 def batch_gradient(model: torch.nn.Module, engine: RolloutEngine, tasks: Sequence[Any], group_size: int,
-                   settings: LossSettings, *, generator: torch.Generator, seed: int, pad_id: int,
+                   grpo: GRPOConfig, settings: LossSettings, *, generator: torch.Generator, seed: int, pad_id: int,
                    micro: int = 16) -> tuple[torch.Tensor, dict[str, float]]:
-    """The flattened GRPO gradient of one batch of ``tasks`` (``group_size`` rollouts each), and its rewards."""
+    """The flattened GRPO gradient of one batch of ``tasks`` (``group_size`` rollouts each), and its rewards.
+    Episode advantages as the training loop weighs them (``grpo.scale_rewards``, ``adv_eps``,
+    ``negative_weight``, ``episode_weight``)."""
     trajs, _ = engine.run(tasks, group_size, generator=generator, seed=seed)
     rets = torch.tensor([[t.ret for t in trajs[i * group_size:(i + 1) * group_size]] for i in range(len(tasks))])
+    adv = grpo.episode_weight * weigh_negatives(group_advantages(rets, grpo.scale_rewards, grpo.adv_eps),
+                                                grpo.negative_weight)
     batch = make_batch([t.transcript.ids for t in trajs], [t.transcript.action_mask for t in trajs],
-                       [t.transcript.logprobs for t in trajs], group_advantages(rets, "group").view(-1).tolist(), pad_id)
+                       [t.transcript.logprobs for t in trajs], adv.view(-1).tolist(), pad_id)
     n_tokens = float(batch.action_mask.sum())
     model.zero_grad(set_to_none=True)
     model.train()
@@ -69,18 +74,22 @@ def measure(policy_dir: str, *, batches: int, data_seed: int = 777, config: str 
     if batches < 2:
         raise ValueError(f"--batches must be >= 2, got {batches}")
     cfg = load_config(config, list(overrides))
+    r, g = cfg.rollout, cfg.grpo
+    if g.beta > 0 or g.action_weight > 0 or g.miss_credit != "episode" or g.gamma != 1.0 or r.branch_size > 0:
+        raise ValueError("grad_snr measures the plain episode-advantage loss: it takes no KL reference (grpo.beta), "
+                         "per-action advantages (grpo.action_weight, grpo.miss_credit), discounting (grpo.gamma) "
+                         "or greedy branches (rollout.branch_size)")
     torch.set_num_threads(threads)
     policy = load_policy(policy_dir, dtype=cfg.policy.dtype)
-    r, g = cfg.rollout, cfg.grpo
     engine = RolloutEngine(policy, cfg.data.env_id, rollout_settings(cfg), env_kwargs(cfg))
-    settings = LossSettings(eps_low=g.eps_low, eps_high=g.eps_high, aggregation=g.aggregation, temperature=r.temperature)
+    settings = grpo_loss_settings(cfg)
     tasks = demonstration_tasks(batches * r.tasks_per_step, seed=data_seed)
     generator = torch.Generator().manual_seed(cfg.seed)
     grads, stats = [], []
     for k in range(batches):
         grad, st = batch_gradient(policy.model, engine, tasks[k * r.tasks_per_step:(k + 1) * r.tasks_per_step],
-                                  r.group_size, settings, generator=generator, seed=k * 10_000, pad_id=policy.pad_id)
-        grads.append(grad.clone())
+                                  r.group_size, g, settings, generator=generator, seed=k * 10_000, pad_id=policy.pad_id)
+        grads.append(grad)
         stats.append(st)
     est = snr_estimate(torch.stack(grads))
     return {"policy": policy_dir, "overrides": list(overrides), "batches": batches,

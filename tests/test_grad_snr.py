@@ -50,3 +50,9 @@ def test_measure_runs_end_to_end_on_a_tiny_policy(gs: Any, tmp_path: Any) -> Non
                                                                  "rollout.max_turns=2"])
     assert rep["batches"] == 2 and rep["episodes_per_batch"] == 4
     assert rep["noise2"] >= 0.0 and 0.0 <= rep["reward_mean"] <= 1.0
+
+
+def test_settings_the_measurement_does_not_build_are_refused(gs: Any, tmp_path: Any) -> None:
+    for override in ("grpo.beta=0.1", "grpo.miss_credit=nonpositive", "rollout.branch_size=4"):
+        with pytest.raises(ValueError, match="plain episode-advantage loss"):
+            gs.measure(str(tmp_path / "no-policy"), batches=2, overrides=[override])

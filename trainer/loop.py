@@ -63,6 +63,13 @@ def rollout_settings(cfg: TrainConfig) -> RolloutSettings:
                            temperature=r.temperature, turn_slack=r.turn_slack)
 
 
+def grpo_loss_settings(cfg: TrainConfig) -> LossSettings:
+    """The GRPO loss's settings: clipping, KL weight and aggregation from ``grpo``, at the rollout temperature."""
+    g, r = cfg.grpo, cfg.rollout
+    return LossSettings(eps_low=g.eps_low, eps_high=g.eps_high, beta=g.beta, aggregation=g.aggregation,
+                        temperature=r.temperature, max_len=r.max_action_tokens * r.max_turns)
+
+
 def eval_settings(cfg: TrainConfig) -> RolloutSettings:
     """How evaluation episodes run: as training, but never with the oracle-derived ``turn_slack`` budget
     (an evaluated policy gets the plain ``max_turns`` limit, whatever the training shaping)."""
@@ -359,8 +366,7 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         logger = MetricsLogger(run_dir / "metrics.jsonl", run_dir / "tensorboard" if cfg.tensorboard else None,
                                purge_step=start_step + 1)
         logger.rewrite(log_records(history, evals))
-    loss_settings = LossSettings(eps_low=g.eps_low, eps_high=g.eps_high, beta=g.beta, aggregation=g.aggregation,
-                                 temperature=r.temperature, max_len=r.max_action_tokens * r.max_turns)
+    loss_settings = grpo_loss_settings(cfg)
 
     def save(step: int) -> None:
         tmp = (ckpt_root / f"step-{step:06d}").with_name(f"step-{step:06d}.tmp")
