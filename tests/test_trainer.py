@@ -295,6 +295,26 @@ def test_warm_start_data_seeds_or_fresh_sampled_tasks() -> None:
         load_config(None, ["sft.data=everything"])
 
 
+def test_warm_start_max_depth_keeps_only_short_call_chains() -> None:
+    """``sft.max_depth``: demonstrations of tasks no deeper than it, from either data source; 0 keeps all."""
+    from rods_gym import default_suite, load_split
+    from rods_gym.signature import compute_signature
+    from rods_gym.trainer.sft import demonstration_tasks
+
+    suite = default_suite()
+    seeds = load_split("train")
+    every = demonstration_tasks(load_config(None, ["sft.demos=400"]), seeds, "compact")
+    depths = [compute_signature(t, suite).depth for t in every]
+    assert max(depths) == 5 and sum(d <= 2 for d in depths) < len(depths)
+    short = demonstration_tasks(load_config(None, ["sft.demos=400", "sft.max_depth=2"]), seeds, "compact")
+    assert short == [t for t, d in zip(every, depths) if d <= 2] and short
+    fresh = demonstration_tasks(load_config(None, ["sft.data=sampled", "sft.demos=20", "sft.max_depth=1"]), seeds,
+                                "compact")
+    assert fresh and all(compute_signature(t, suite).depth == 1 for t in fresh)
+    with pytest.raises(ValueError, match="sft.max_depth must be >= 0"):
+        load_config(None, ["sft.max_depth=-1"])
+
+
 def test_before_after_table_pairs_depths_read_back_from_json() -> None:
     """A resumed run reads ``eval_before.json`` (string depth keys); each depth still gets one row."""
     from rods_gym.trainer.pipeline import _success_table

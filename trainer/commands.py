@@ -74,7 +74,7 @@ def load_from_args(args: argparse.Namespace, *, run_config: bool = False) -> Any
 
 
 # sft fields that still matter once the warm start is done: PPO-ptx (grpo.sft_weight > 0) imitates these demonstrations
-PTX_DEMO_FIELDS = ("sft.data", "sft.demos", "sft.data_seed", "sft.recovery")
+PTX_DEMO_FIELDS = ("sft.data", "sft.demos", "sft.data_seed", "sft.recovery", "sft.max_depth")
 
 
 def command_overrides(args: argparse.Namespace) -> list[str]:
@@ -301,7 +301,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
         print(json.dumps(results, indent=2))
     else:
         for split, res in results.items():
-            depths = "  ".join(f"d{d} {v['success']:.2f}" for d, v in res["per_depth"].items())
+            depths = "  ".join([f"d{d} {v['success']:.2f}" for d, v in res["per_depth"].items()]
+                               + [f"{name} {v['success']:.2f}" for name, v in res["per_stratum"].items()])
             print(f"{split:6s} success {res['success']:.3f}  progress {res['progress']:.3f}  turns {res['turns']:.1f}  "
                   f"errors/action {res['error_rate']:.3f}  ({res['episodes']} tasks)  {depths}")
     return 0

@@ -147,6 +147,9 @@ class SFTConfig:
     # oracle's call (trainer/recovery.py). Oracle episodes alone never show a rejected call, so the
     # policy never learns what to do after one. Needs the compact view (value slots)
     recovery: float = 0.0
+    # imitate only tasks whose dependency depth is at most this (0: all depths). Demonstrations of
+    # short call chains are the cheap ones; deeper tasks are then learned from reward alone (GRPO)
+    max_depth: int = 0
     steps: int = 150
     batch_size: int = 32
     lr: float = 1e-3
@@ -290,6 +293,8 @@ def check_config(cfg: TrainConfig) -> None:
                              + (" (0: no time limit)" if name == "time_limit_min" else ""))
     if cfg.log_every < 1:
         raise ValueError(f"config log_every must be >= 1 (GRPO steps between metric lines), got {cfg.log_every}")
+    if cfg.sft.max_depth < 0:
+        raise ValueError(f"config sft.max_depth must be >= 0 (0: every depth), got {cfg.sft.max_depth}")
     if cfg.sft.enabled and cfg.sft.demos < 1:
         raise ValueError(f"config sft.demos must be >= 1 while sft.enabled is true (sft.enabled=false skips the warm "
                          f"start), got {cfg.sft.demos}")

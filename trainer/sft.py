@@ -24,6 +24,8 @@ from tqdm.auto import tqdm
 
 from rods_gym.episode import ToolCall
 from rods_gym.oracle import oracle_action
+from rods_gym.signature import compute_signature
+from rods_gym.suite import default_suite
 from rods_gym.task import TaskSpec
 
 from .config import SFTConfig, TrainConfig, env_kwargs
@@ -127,12 +129,18 @@ def _episode_marks(env: gym.Env) -> tuple[Any, ...]:
 
 
 def demonstration_tasks(cfg: TrainConfig, seeds: Sequence[TaskSpec], mode: str) -> list[TaskSpec]:
-    """The tasks the warm start imitates: the first seeds, or fresh tasks drawn like them (``sft.data``)."""
+    """The tasks the warm start imitates: the first seeds, or fresh tasks drawn like them (``sft.data``),
+    those deeper than ``sft.max_depth`` left out."""
     if cfg.sft.data == "seeds":
-        return list(seeds[: cfg.sft.demos])
-    from rods_gym.envs.build_tasksets import demonstration_tasks as fresh
+        tasks = list(seeds[: cfg.sft.demos])
+    else:
+        from rods_gym.envs.build_tasksets import demonstration_tasks as fresh
 
-    return fresh(cfg.sft.demos, seed=cfg.sft.data_seed, view=mode)
+        tasks = fresh(cfg.sft.demos, seed=cfg.sft.data_seed, view=mode)
+    if cfg.sft.max_depth:
+        suite = default_suite()
+        tasks = [t for t in tasks if compute_signature(t, suite).depth <= cfg.sft.max_depth]
+    return tasks
 
 
 def demonstrations(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *,
