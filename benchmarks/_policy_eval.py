@@ -15,8 +15,10 @@ from rods_gym.trainer.tasks import load_tasks, spread
 
 
 def add_split_args(ap: argparse.ArgumentParser, *, samples: int, samples_help: str, out_help: str) -> None:
-    """--split --tasks --samples --temperature --config --set --seed --threads --out."""
+    """--split --stratum --tasks --samples --temperature --config --set --seed --threads --out."""
     ap.add_argument("--split", default="test", help="a task split name or a JSONL path")
+    ap.add_argument("--stratum", default="", help="only the split's tasks of these turn types (comma-separated "
+                    "meta.stratum values: plain, answer, multi_turn, missing_param, missing_tool)")
     ap.add_argument("--tasks", type=int, default=0, help="N tasks of the split, spread evenly over its depths as "
                     "eval.tasks and rods evaluate take them (0: all)")
     ap.add_argument("--samples", type=int, default=samples, help=samples_help)
@@ -35,6 +37,11 @@ def split_tasks(args: argparse.Namespace) -> list[Any]:
     if args.tasks < 0:
         raise ValueError(f"--tasks must be >= 0 (0: all), got {args.tasks}")
     tasks = load_tasks(args.split, load_config(args.config, list(args.set)).data)
+    wanted = {x for x in args.stratum.split(",") if x}
+    if wanted:
+        tasks = [t for t in tasks if t.meta.get("stratum") in wanted]
+        if not tasks:
+            raise ValueError(f"--stratum {args.stratum}: no task of {args.split} is of these turn types")
     return spread(tasks, args.tasks) if args.tasks else tasks
 
 

@@ -20,6 +20,13 @@ first N train-split tasks the starting policy fails greedily, all N in every ste
 after training (0 before, by construction) beside the test figures.
 
     python benchmarks/grpo_probe.py runs/default/sft_policy /tmp/fit --fit 16 --steps 40 eval.samples=0
+
+``--strata missing_tool,multi_turn`` draws the fresh tasks from those turn types only (``--strata-share
+0.5``: half of them, the rest drawn like the seeds): whether GRPO learns a rule that a whole kind of task
+follows (say that a tool is missing, then call it once enabled) when the batch is made of that kind.
+Compare per turn type with ``compare_policies.py --stratum``.
+
+    python benchmarks/grpo_probe.py runs/default/sft_policy /tmp/tool --steps 80 --strata missing_tool,multi_turn grpo.lr=1e-4
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 
-from rods_gym.envs.build_tasksets import demonstration_tasks
+from rods_gym.envs.build_tasksets import STRATA, demonstration_tasks
 from rods_gym.task import TaskSpec
 from rods_gym.trainer.config import load_config
 from rods_gym.trainer.evaluation import figures_line
@@ -70,6 +77,23 @@ def failed_tasks(engine: RolloutEngine, tasks: Sequence[TaskSpec], n: int) -> li
     raise ValueError(f"--fit {n}: the policy fails only {len(out)} of the {len(tasks)} train tasks greedily")
 
 
+def fresh_tasks(n: int, seed: int, strata: Sequence[str] = (), share: float = 1.0) -> list[TaskSpec]:
+    """``n`` fresh tasks drawn like the seeds (``demonstration_tasks``, sampler seed ``seed``). With ``strata``,
+    ``round(n * share)`` of them are of those turn types (``meta["stratum"]``; the draw is widened until it
+    holds enough) and the rest are drawn like the seeds from sampler seed ``seed + 1``, so that a run can
+    train on, say, the tasks with a withheld tool alone (share 1) or half of the time (share 0.5)."""
+    if not strata:
+        return demonstration_tasks(n, seed=seed)
+    want = round(n * share)
+    size = 3 * want
+    for _ in range(8):  # each draw doubles; 8 cover any stratum holding more than 1/700 of the tasks
+        chosen = [t for t in demonstration_tasks(size, seed=seed) if t.meta.get("stratum") in strata]
+        if len(chosen) >= want:
+            return chosen[:want] + (demonstration_tasks(n - want, seed=seed + 1) if n > want else [])
+        size *= 2
+    raise ValueError(f"--strata {','.join(strata)}: only {len(chosen)} of {size // 2} fresh tasks are of these turn types")
+
+
 PROBE_OUTPUTS = frozenset({"probe.json", "checkpoints", "metrics.jsonl", "tensorboard"})
 
 
@@ -89,20 +113,30 @@ def clear_output(out: Path, policy_dir: Path) -> None:
 
 
 def probe(policy_dir: str | Path, out: str | Path, *, steps: int, data_seed: int = 777, config: str = "default",
-          overrides: Sequence[str] = (), eval_tasks: int = 400, threads: int = 1, fit: int = 0) -> dict[str, Any]:
-    """GRPO from ``policy_dir`` for ``steps`` steps on fresh tasks (or, with ``fit``, on that many train
-    tasks it fails, all in every step); the run's quarters and test figures."""
+          overrides: Sequence[str] = (), eval_tasks: int = 400, threads: int = 1, fit: int = 0,
+          strata: Sequence[str] = (), strata_share: float = 1.0) -> dict[str, Any]:
+    """GRPO from ``policy_dir`` for ``steps`` steps on fresh tasks (``strata``/``strata_share``: see
+    ``fresh_tasks``), or, with ``fit``, on that many train tasks it fails, all in every step; the run's
+    quarters and test figures."""
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     if fit < 0:
         raise ValueError(f"--fit must be >= 0 (0: fresh tasks), got {fit}")
+    unknown = sorted(set(strata) - set(STRATA))
+    if unknown:
+        raise ValueError(f"--strata: unknown turn type(s) {unknown}; choose from {', '.join(STRATA)}")
+    if strata and not 0.0 < strata_share <= 1.0:
+        raise ValueError(f"--strata-share must be in (0, 1], got {strata_share}")
+    if strata and fit:
+        raise ValueError("--strata picks fresh tasks; --fit trains on failed train tasks: give one of them")
     if fit:
         overrides = [*overrides, f"rollout.tasks_per_step={fit}"]
     out = Path(out)
     base = load_config(config, list(overrides))
-    if not fit and base.sft.data == "sampled" and data_seed == base.sft.data_seed:
-        raise ValueError(f"--data-seed {data_seed} is the warm start's own sft.data_seed: its demonstrations "
-                         "would be the training tasks; pick another seed")
+    seeds_drawn = {data_seed, data_seed + 1} if strata and strata_share < 1 else {data_seed}
+    if not fit and base.sft.data == "sampled" and base.sft.data_seed in seeds_drawn:
+        raise ValueError(f"--data-seed {data_seed} draws from the warm start's own sft.data_seed "
+                         f"{base.sft.data_seed}: its demonstrations would be the training tasks; pick another seed")
     cfg = load_config(config, [*overrides, f"run_dir={out}", f"steps={steps}", "time_limit_min=0", "progress_bar=false",
                                "tensorboard=false", "eval.every=0"])
     if eval_tasks < 1:
@@ -114,7 +148,7 @@ def probe(policy_dir: str | Path, out: str | Path, *, steps: int, data_seed: int
     if fit:
         tasks = failed_tasks(engine, load_tasks(cfg.data.train_split, cfg.data), fit)
     else:
-        tasks = demonstration_tasks(steps * cfg.rollout.tasks_per_step, seed=data_seed)
+        tasks = fresh_tasks(steps * cfg.rollout.tasks_per_step, data_seed, strata, strata_share)
     accelerator = Accelerator(cpu=True)
     t0 = time.perf_counter()
     result = grpo_train(cfg, policy, load_tasks(cfg.data.train_split, cfg.data), run_dir=out, accelerator=accelerator,
@@ -125,7 +159,8 @@ def probe(policy_dir: str | Path, out: str | Path, *, steps: int, data_seed: int
                             cfg.eval.samples, cfg.seed)["test"]
     report = {"policy": str(policy_dir), "overrides": list(overrides), "steps": result.steps_done,
               "tasks_per_step": cfg.rollout.tasks_per_step, "group_size": cfg.rollout.group_size,
-              "data_seed": data_seed, "grpo_seconds": seconds, "quarters": quarters(result.history), "test": figures}
+              "data_seed": data_seed, "strata": list(strata), "strata_share": strata_share if strata else None,
+              "grpo_seconds": seconds, "quarters": quarters(result.history), "test": figures}
     if fit:
         fitted, _ = engine.run(tasks, 1, greedy=True, seed=0)
         report.update(data_seed=None, fit={"tasks": fit, "greedy_success": float(np.mean([t.success for t in fitted]))})
@@ -144,11 +179,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--fit", type=int, default=0, metavar="N",
                     help="train on the first N train tasks the policy fails greedily, all N every step (0: fresh tasks)")
+    ap.add_argument("--strata", default="", help="train on fresh tasks of these turn types (comma-separated: "
+                    + ", ".join(STRATA) + ")")
+    ap.add_argument("--strata-share", type=float, default=1.0,
+                    help="with --strata: the share of training tasks of those types (the rest drawn like the seeds)")
     ap.add_argument("overrides", nargs="*", help="config overrides, key=value (e.g. grpo.lr=3e-4)")
     args = ap.parse_intermixed_args(argv)  # overrides may follow the options
     try:
         report = probe(args.policy, args.out, steps=args.steps, data_seed=args.data_seed, config=args.config,
-                       overrides=args.overrides, eval_tasks=args.eval_tasks, threads=args.threads, fit=args.fit)
+                       overrides=args.overrides, eval_tasks=args.eval_tasks, threads=args.threads, fit=args.fit,
+                       strata=[x for x in args.strata.split(",") if x], strata_share=args.strata_share)
     except ValueError as exc:
         ap.error(str(exc))
     for q in report["quarters"]:

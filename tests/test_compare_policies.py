@@ -123,11 +123,16 @@ def test_task_counts_spread_over_the_split_and_negative_ones_are_refused(tmp_pat
     with benchmarks_on_path():
         from _policy_eval import split_tasks
 
-    args = argparse.Namespace(split="test", config="default", set=[], tasks=5)
+    args = argparse.Namespace(split="test", config="default", set=[], tasks=5, stratum="")
     depths = [t.meta["knobs"]["depth"] for t in split_tasks(args)]
     assert len(depths) == 5 and len(set(depths)) == 5  # one per depth, not the first five (all depth 1)
     with pytest.raises(ValueError, match="--tasks must be >= 0"):
         split_tasks(argparse.Namespace(**{**vars(args), "tasks": -3}))
+    # --stratum: only those turn types (the test split holds 40 tasks with a withheld tool, 60 with two turns)
+    picked = split_tasks(argparse.Namespace(**{**vars(args), "tasks": 0, "stratum": "missing_tool,multi_turn"}))
+    assert len(picked) == 100 and {t.meta["stratum"] for t in picked} == {"missing_tool", "multi_turn"}
+    with pytest.raises(ValueError, match="no task of test is of these turn types"):
+        split_tasks(argparse.Namespace(**{**vars(args), "stratum": "missing"}))
 
 
 def test_benchmark_scripts_name_a_bad_input_in_one_line(tmp_path: Path) -> None:
@@ -268,3 +273,21 @@ def test_grpo_probe_fit_trains_on_train_tasks_the_policy_fails(gp, tmp_path: Pat
     assert "train tasks greedily" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         gp.main([str(weak), str(tmp_path / "x"), "--fit", "-1"])
+
+
+def test_grpo_probe_strata_pick_the_turn_types_a_run_trains_on(gp, tmp_path: Path) -> None:
+    """``--strata``: only those turn types (share 1), or that share of them beside tasks drawn like the seeds."""
+    only = gp.fresh_tasks(6, 777, ["missing_tool"])
+    assert len(only) == 6 and {t.meta["stratum"] for t in only} == {"missing_tool"}
+    assert only == gp.fresh_tasks(6, 777, ["missing_tool"])  # seeded
+    half = gp.fresh_tasks(8, 777, ["missing_tool", "multi_turn"], share=0.5)
+    assert {t.meta["stratum"] for t in half[:4]} <= {"missing_tool", "multi_turn"}
+    assert half[4:] == gp.demonstration_tasks(4, seed=778)
+    assert gp.fresh_tasks(5, 777) == gp.demonstration_tasks(5, seed=777)  # no strata: drawn like the seeds
+    for kwargs, words in (({"strata": ["missing"]}, "unknown turn type"),
+                          ({"strata": ["plain"], "strata_share": 0.0}, "--strata-share must be in"),
+                          ({"strata": ["plain"], "fit": 3}, "give one of them"),
+                          ({"strata": ["plain"], "strata_share": 0.5, "data_seed": 504}, "sft.data_seed 505")):
+        with pytest.raises(ValueError, match=words):
+            gp.probe("unused", tmp_path / "x", steps=1, **kwargs)
+    assert not (tmp_path / "x").exists()  # refused before anything is written

@@ -155,3 +155,23 @@ def test_a_killed_warm_start_resumes_from_its_checkpoint_to_the_same_weights(eas
     # settings that leave the weights alone may change
     train_sft(build_tiny_policy(TINY, "compact"), demos, replace(cfg, threads=2, checkpoint_every=5), seed=1,
               checkpoint_dir=tmp_path / "run")
+
+
+def test_summaries_report_success_per_depth_and_per_turn_type() -> None:
+    """``per_stratum`` groups episodes by the stratum their task was drawn in; tasks without one are left out."""
+    from rods_gym import load_split
+    from rods_gym.trainer.evaluation import summarize
+    from rods_gym.trainer.rollout import Trajectory
+    from rods_gym.trainer.transcript import Transcript
+
+    tasks = load_split("test")
+    tool = [t for t in tasks if t.meta["stratum"] == "missing_tool"][:2]
+    plain = [t for t in tasks if t.meta["stratum"] == "plain"][:3]
+    bare = plain[0].with_meta(stratum=None)
+    trajs = [Trajectory(task=t, task_index=i, transcript=Transcript(), success=ok, progress=pr)
+             for i, (t, ok, pr) in enumerate([(tool[0], True, 1.0), (tool[1], False, 0.5), (plain[0], False, 0.0),
+                                               (plain[1], True, 1.0), (plain[2], True, 1.0), (bare, True, 1.0)])]
+    s = summarize(trajs)
+    assert s["per_stratum"] == {"missing_tool": {"n": 2, "success": 0.5, "progress": 0.75},
+                                "plain": {"n": 3, "success": pytest.approx(2 / 3), "progress": pytest.approx(2 / 3)}}
+    assert sum(v["n"] for v in s["per_depth"].values()) == 6 and s["success"] == pytest.approx(4 / 6)

@@ -319,12 +319,18 @@ def test_before_after_table_pairs_depths_read_back_from_json() -> None:
     """A resumed run reads ``eval_before.json`` (string depth keys); each depth still gets one row."""
     from rods_gym.trainer.pipeline import _success_table
 
-    after = {"test": {"success": 0.5, "progress": 0.6, "per_depth": {1: {"success": 0.75}, 2: {"success": 0.25}}}}
+    after = {"test": {"success": 0.5, "progress": 0.6, "per_depth": {1: {"success": 0.75}, 2: {"success": 0.25}},
+                      "per_stratum": {"plain": {"success": 0.5}, "missing_tool": {"success": 0.125}}}}
     before = json.loads(json.dumps({"test": {"success": 0.25, "progress": 0.5,
-                                             "per_depth": {1: {"success": 0.5}, 2: {"success": 0.0}}}}))
+                                             "per_depth": {1: {"success": 0.5}, 2: {"success": 0.0}},
+                                             "per_stratum": {"plain": {"success": 0.25}}}}))
     rows = _success_table(before, after).splitlines()
     assert [r.split()[1:] for r in rows if "depth" in r] == [["depth", "1", "0.500", "0.750"],
                                                              ["depth", "2", "0.000", "0.250"]]
+    # per turn type, after the depths; a stratum one side lacks shows nan there
+    assert [r.split()[1:] for r in rows[5:]] == [["missing_tool", "nan", "0.125"], ["plain", "0.250", "0.500"]]
+    del before["test"]["per_stratum"]  # an eval_before.json written before strata were reported
+    assert [r.split()[1] for r in _success_table(before, after).splitlines()[5:]] == ["missing_tool", "plain"]
 
 
 def test_turn_slack_budgets_training_episodes_only() -> None:

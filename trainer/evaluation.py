@@ -1,4 +1,4 @@
-"""Greedy evaluation of a policy on a task list: success, progress, per depth.
+"""Greedy evaluation of a policy on a task list: success, progress, per depth and per turn type.
 
 Reusable by benchmarks: ``evaluate(policy, tasks, env_id)`` runs one greedy episode per task
 through the batched rollout engine and returns plain numbers.
@@ -19,11 +19,18 @@ from .rollout import RolloutEngine, RolloutSettings, Trajectory
 
 
 def summarize(trajs: Sequence[Trajectory]) -> dict[str, Any]:
-    """Success, progress, turns and error rate of finished trajectories, overall and per depth."""
+    """Success, progress, turns and error rate of finished trajectories, overall, per depth, and per
+    turn type: the stratum a task set's task was drawn in (``meta["stratum"]``: plain, answer,
+    multi_turn, missing_param, missing_tool; tasks without one are left out of ``per_stratum``).
+    The strata fail differently: their errors are systematic (a withheld tool, a second user turn)
+    where plain tasks mostly fail on one value slot, so a change of policy can move them apart."""
     suite = default_suite()
     by_depth: dict[int, list[Trajectory]] = defaultdict(list)
+    by_stratum: dict[str, list[Trajectory]] = defaultdict(list)
     for tr in trajs:
         by_depth[compute_signature(tr.task, suite).depth].append(tr)
+        if tr.task.meta.get("stratum"):
+            by_stratum[str(tr.task.meta["stratum"])].append(tr)
     actions = sum(tr.turns for tr in trajs)
     return {
         "episodes": len(trajs),
@@ -32,10 +39,14 @@ def summarize(trajs: Sequence[Trajectory]) -> dict[str, Any]:
         "turns": float(np.mean([tr.turns for tr in trajs])) if trajs else 0.0,
         "error_rate": sum(tr.errors for tr in trajs) / max(actions, 1),
         "truncated": float(np.mean([tr.truncated for tr in trajs])) if trajs else 0.0,
-        "per_depth": {int(d): {"n": len(ts), "success": float(np.mean([t.success for t in ts])),
-                               "progress": float(np.mean([t.progress for t in ts]))}
-                      for d, ts in sorted(by_depth.items())},
+        "per_depth": {int(d): _share(ts) for d, ts in sorted(by_depth.items())},
+        "per_stratum": {name: _share(ts) for name, ts in sorted(by_stratum.items())},
     }
+
+
+def _share(trajs: Sequence[Trajectory]) -> dict[str, Any]:
+    return {"n": len(trajs), "success": float(np.mean([t.success for t in trajs])),
+            "progress": float(np.mean([t.progress for t in trajs]))}
 
 
 def figures_line(figures: Mapping[str, Any]) -> str:

@@ -100,21 +100,26 @@ def log_before_after(cfg: TrainConfig, run_dir: Path, before: Mapping[str, Any],
 
 
 def _success_table(before: Mapping[str, Any], after: Mapping[str, Any]) -> str:
-    lines = [f"{'split':8s} {'metric':9s} {'before':>7s} {'after':>7s}"]
+    """Greedy success and progress before and after GRPO, then greedy success per depth and per turn type
+    (stratum), then the sampled episodes' figures."""
+    width = 13
+    lines = [f"{'split':8s} {'metric':{width}s} {'before':>7s} {'after':>7s}"]
     for split in before:
         for metric in ("success", "progress"):
-            lines.append(f"{split:8s} {metric:9s} {before[split][metric]:7.3f} {after[split][metric]:7.3f}")
-        # depth keys are ints in a fresh summary and strings once read back from JSON (a resumed run)
-        b_depth = {str(k): v for k, v in before[split]["per_depth"].items()}
-        a_depth = {str(k): v for k, v in after[split]["per_depth"].items()}
-        for d in sorted(set(b_depth) | set(a_depth), key=int):
-            b = b_depth.get(d, {}).get("success", float("nan"))
-            a = a_depth.get(d, {}).get("success", float("nan"))
-            lines.append(f"{split:8s} {'depth ' + str(d):9s} {b:7.3f} {a:7.3f}")
+            lines.append(f"{split:8s} {metric:{width}s} {before[split][metric]:7.3f} {after[split][metric]:7.3f}")
+        # depth keys are ints in a fresh summary and strings once read back from JSON (a resumed run);
+        # an eval_before.json written before per_stratum existed has no strata
+        for key, label, order in (("per_depth", "depth {}", int), ("per_stratum", "{}", str)):
+            b_part = {str(k): v for k, v in before[split].get(key, {}).items()}
+            a_part = {str(k): v for k, v in after[split].get(key, {}).items()}
+            for name in sorted(set(b_part) | set(a_part), key=order):
+                b = b_part.get(name, {}).get("success", float("nan"))
+                a = a_part.get(name, {}).get("success", float("nan"))
+                lines.append(f"{split:8s} {label.format(name):{width}s} {b:7.3f} {a:7.3f}")
         if "sampled" in before[split] and "sampled" in after[split]:
             k = before[split]["sampled"]["samples"]
             for metric in ("success", "progress"):
-                lines.append(f"{split:8s} {metric[:4] + f' T x{k}':9s} {before[split]['sampled'][metric]:7.3f} "
+                lines.append(f"{split:8s} {metric[:4] + f' T x{k}':{width}s} {before[split]['sampled'][metric]:7.3f} "
                              f"{after[split]['sampled'][metric]:7.3f}")
     return "\n".join(lines)
 
