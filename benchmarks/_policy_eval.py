@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any, Sequence
 
+from rods_gym.envs.build_tasksets import STRATA
 from rods_gym.trainer.config import load_config
 from rods_gym.trainer.loop import env_kwargs, eval_settings
 from rods_gym.trainer.policy import load_policy
@@ -18,7 +19,7 @@ def add_split_args(ap: argparse.ArgumentParser, *, samples: int, samples_help: s
     """--split --stratum --tasks --samples --temperature --config --set --seed --threads --out."""
     ap.add_argument("--split", default="test", help="a task split name or a JSONL path")
     ap.add_argument("--stratum", default="", help="only the split's tasks of these turn types (comma-separated "
-                    "meta.stratum values: plain, answer, multi_turn, missing_param, missing_tool)")
+                    "meta.stratum values: " + ", ".join(STRATA) + ")")
     ap.add_argument("--tasks", type=int, default=0, help="N tasks of the split, spread evenly over its depths as "
                     "eval.tasks and rods evaluate take them (0: all)")
     ap.add_argument("--samples", type=int, default=samples, help=samples_help)

@@ -301,8 +301,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
         print(json.dumps(results, indent=2))
     else:
         for split, res in results.items():
-            depths = "  ".join([f"d{d} {v['success']:.2f}" for d, v in res["per_depth"].items()]
+            groups = "  ".join([f"d{d} {v['success']:.2f}" for d, v in res["per_depth"].items()]
                                + [f"{name} {v['success']:.2f}" for name, v in res["per_stratum"].items()])
             print(f"{split:6s} success {res['success']:.3f}  progress {res['progress']:.3f}  turns {res['turns']:.1f}  "
-                  f"errors/action {res['error_rate']:.3f}  ({res['episodes']} tasks)  {depths}")
+                  f"errors/action {res['error_rate']:.3f}  ({res['episodes']} tasks)  {groups}")
     return 0

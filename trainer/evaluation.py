@@ -29,8 +29,9 @@ def summarize(trajs: Sequence[Trajectory]) -> dict[str, Any]:
     by_stratum: dict[str, list[Trajectory]] = defaultdict(list)
     for tr in trajs:
         by_depth[compute_signature(tr.task, suite).depth].append(tr)
-        if tr.task.meta.get("stratum"):
-            by_stratum[str(tr.task.meta["stratum"])].append(tr)
+        stratum = tr.task.meta.get("stratum")
+        if stratum:
+            by_stratum[str(stratum)].append(tr)
     actions = sum(tr.turns for tr in trajs)
     return {
         "episodes": len(trajs),
@@ -39,12 +40,13 @@ def summarize(trajs: Sequence[Trajectory]) -> dict[str, Any]:
         "turns": float(np.mean([tr.turns for tr in trajs])) if trajs else 0.0,
         "error_rate": sum(tr.errors for tr in trajs) / max(actions, 1),
         "truncated": float(np.mean([tr.truncated for tr in trajs])) if trajs else 0.0,
-        "per_depth": {int(d): _share(ts) for d, ts in sorted(by_depth.items())},
-        "per_stratum": {name: _share(ts) for name, ts in sorted(by_stratum.items())},
+        "per_depth": {int(d): _group_figures(ts) for d, ts in sorted(by_depth.items())},
+        "per_stratum": {name: _group_figures(ts) for name, ts in sorted(by_stratum.items())},
     }
 
 
-def _share(trajs: Sequence[Trajectory]) -> dict[str, Any]:
+def _group_figures(trajs: Sequence[Trajectory]) -> dict[str, Any]:
+    """Episodes, success and progress of one group of trajectories (a depth, a turn type)."""
     return {"n": len(trajs), "success": float(np.mean([t.success for t in trajs])),
             "progress": float(np.mean([t.progress for t in trajs]))}
 
