@@ -152,3 +152,38 @@ def test_compact_word_piece_tokenizer_round_trips_and_shares_pieces(suite, easy_
         for text in (obs, action):
             enc = tok(text, add_special_tokens=False)["input_ids"]
             assert tok.unk_token_id not in enc and tok.decode(enc) == " ".join(text.split())
+
+
+def test_actions_end_with_the_templates_end_of_turn_token_when_eos_differs(easy_tasks) -> None:
+    """A base model's eos (Qwen2.5 base: ``<|endoftext|>``) need not be the token its template closes a turn
+    with (``<|im_end|>``): demonstrations must end actions with the template's token, so that the token
+    stream is exactly the rendered conversation."""
+    from rods_gym.trainer.policy import end_of_turn_id, wrap
+    from rods_gym.trainer.sft import make_demonstrations
+
+    base = build_tiny_policy(TINY, "chat")
+    tokenizer = base.tokenizer
+    tokenizer.add_special_tokens({"eos_token": "<|endoftext|>"})
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert tokenizer.eos_token_id != im_end
+    assert end_of_turn_id(tokenizer) == im_end
+    base.model.generation_config.eos_token_id = tokenizer.eos_token_id
+    policy = wrap(base.model, tokenizer, "eos-differs")
+    assert policy.eos_id == im_end and set(policy.stop_ids) == {im_end, tokenizer.eos_token_id}
+    demos = make_demonstrations(policy, easy_tasks[:3], "rods/ToolChain-Easy-Chat-v0")
+    for demo in demos:
+        ids, mask = demo.transcript.ids, demo.transcript.action_mask
+        text = tokenizer.decode(ids, skip_special_tokens=False)
+        assert "<|endoftext|>" not in text
+        # every action's last trained token is the template's end-of-turn token
+        ends = [i for i in range(len(ids)) if mask[i] and (i + 1 == len(ids) or not mask[i + 1])]
+        assert ends and all(ids[i] == im_end for i in ends)
+        # the ids spell the rendered conversation (up to the last action's generation prompt), then that action
+        assert text.startswith(demo.transcript.text) and text.endswith("<|im_end|>")
+
+
+def test_compact_and_chat_policies_end_actions_with_their_eos() -> None:
+    from rods_gym.trainer.policy import end_of_turn_id
+    for mode in ("compact", "chat"):
+        policy = build_tiny_policy(TINY, mode)
+        assert end_of_turn_id(policy.tokenizer) == policy.tokenizer.eos_token_id == policy.eos_id

@@ -48,10 +48,32 @@ def _stop_ids(tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel) -> tup
         ids.append(gen_eos)
     elif gen_eos:
         ids.extend(int(i) for i in gen_eos)
-    if not ids:
-        raise ValueError("the tokenizer has no eos token and the model's generation config names none; "
-                         "the rollout engine cannot tell where an action ends")
     return tuple(dict.fromkeys(ids))
+
+
+_TURN_PROBE = "rods_gym end-of-turn probe"
+
+
+def end_of_turn_id(tokenizer: PreTrainedTokenizerBase) -> int | None:
+    """The special token the chat template closes an assistant message with, or None if it closes with none.
+
+    Base models often name another eos token than the one their template ends a turn with (Qwen2.5
+    base: eos ``<|endoftext|>``, turns end with ``<|im_end|>``). Actions must end with the template's
+    token, or demonstrations teach an end of turn that the rendered conversation never shows.
+    """
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": _TURN_PROBE}]
+    try:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
+    except Exception:  # a template that refuses this minimal conversation: keep the tokenizer's eos
+        return None
+    at = text.rfind(_TURN_PROBE) if isinstance(text, str) else -1
+    if at < 0:
+        return None
+    tail = tokenizer(text[at + len(_TURN_PROBE):].lstrip(), add_special_tokens=False)["input_ids"]
+    marked = set(tokenizer.all_special_ids) | set(getattr(tokenizer, "added_tokens_decoder", {}))
+    if tail and tail[0] in marked:
+        return int(tail[0])
+    return None
 
 
 def wrap(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str) -> Policy:
@@ -62,7 +84,12 @@ def wrap(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str) 
         raise ValueError(f"policy {name!r}: the tokenizer has no chat template; the rollout engine renders "
                          "conversations with tokenizer.apply_chat_template")
     stops = _stop_ids(tokenizer, model)
-    return Policy(model=model, tokenizer=tokenizer, eos_id=int(tokenizer.eos_token_id), stop_ids=stops,
+    turn_end = end_of_turn_id(tokenizer)
+    eos = turn_end if turn_end is not None else tokenizer.eos_token_id
+    if eos is None:
+        raise ValueError(f"policy {name!r}: the tokenizer has no eos token and its chat template ends an assistant "
+                         "message with no special token; the rollout engine cannot tell where an action ends")
+    return Policy(model=model, tokenizer=tokenizer, eos_id=int(eos), stop_ids=tuple(dict.fromkeys((int(eos),) + stops)),
                   pad_id=int(tokenizer.pad_token_id), name=name)
 
 
