@@ -11,7 +11,8 @@ from rods_gym.trainer.grpo import make_batch, token_logprobs
 from rods_gym.trainer.policy import build_tiny_policy
 from dataclasses import replace
 
-from rods_gym.trainer.rollout import Branch, RolloutEngine, RolloutSettings, branch_after_first_rejection, oracle_actions
+from rods_gym.trainer.rollout import (Branch, RolloutEngine, RolloutSettings, branch_after_first_rejection,
+                                      conversation_start, oracle_actions)
 from rods_gym.trainer.sft import make_demonstrations
 from rods_gym.trainer.transcript import ChatCodec, TemplateError
 
@@ -229,3 +230,22 @@ def test_shuffled_slot_ids_keep_a_groups_prompt_and_replay_branches(compact_poli
     conts, _ = engine.run([branch.task], 2, branches=[branch], env_options=[branch.env_options], seed=17,
                           generator=torch.Generator().manual_seed(4))
     assert all(c.transcript.ids[: len(branch.ids)] == list(branch.ids) for c in conts)
+
+
+def test_prompts_longer_than_the_context_are_refused_or_warned(compact_policy, easy_tasks) -> None:
+    # a first prompt with no room for an action: no episode could act, so the batch is refused, naming the bound
+    tiny = RolloutEngine(compact_policy, "rods/ToolChain-Compact-v0", RolloutSettings(max_action_tokens=4, max_context=8))
+    with pytest.raises(ValueError, match=r"rollout.max_context=8 .*no action can be generated"):
+        tiny.run(easy_tasks[:2], 1, generator=torch.Generator().manual_seed(0))
+    # where only some prompts are too long, those episodes end truncated and one warning says so
+    probe = RolloutEngine(compact_policy, "rods/ToolChain-Compact-v0", RolloutSettings(max_action_tokens=4))
+    lengths = {t.id: len(probe.codec.start(*conversation_start(probe._env(0), probe._env(0).reset(
+        options={"task": t})[0]))) for t in easy_tasks[:12]}
+    cut = sorted(set(lengths.values()))[0]
+    assert len(set(lengths.values())) > 1
+    mixed = RolloutEngine(compact_policy, "rods/ToolChain-Compact-v0",
+                          RolloutSettings(max_action_tokens=4, max_turns=1, max_context=cut + 4))
+    with pytest.warns(UserWarning, match="episodes .* exceeds rollout.max_context"):
+        trajs, _ = mixed.run(easy_tasks[:12], 1, generator=torch.Generator().manual_seed(0))
+    assert all((t.turns == 0) == (lengths[t.task.id] > cut) for t in trajs)
+    assert all(t.truncated for t in trajs if t.turns == 0)

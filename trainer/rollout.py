@@ -16,6 +16,7 @@ shares its history up to that point.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -194,6 +195,7 @@ class RolloutEngine:
         self.env_kwargs = dict(env_kwargs or {})
         self.codec = ChatCodec(policy)
         self.envs: list[gym.Env] = []
+        self._warned_long_prompts = False
         probe = self._env(0)
         self.mode = probe.unwrapped.mode
         if self.mode not in MODES:
@@ -204,6 +206,24 @@ class RolloutEngine:
             self.envs.append(gym.make(self.env_id, **self.env_kwargs))
         return self.envs[i]
 
+
+    def _check_prompts_fit(self, trajs: Sequence[Trajectory]) -> None:
+        """An episode whose first prompt leaves no room for an action would end untouched, counted as
+        truncated: refuse a batch where no episode fits, warn (once per engine) where some do not."""
+        s = self.settings
+        over = [tr for tr in trajs if len(tr.transcript) + s.max_action_tokens > s.max_context]
+        if not over:
+            return
+        longest = max(len(tr.transcript) for tr in over)
+        what = (f"the first prompt of {len(over)} of {len(trajs)} episodes (up to {longest} tokens, task "
+                f"{over[0].task.id!r} among them) plus rollout.max_action_tokens={s.max_action_tokens} exceeds "
+                f"rollout.max_context={s.max_context} in {self.env_id!r}, so no action can be generated")
+        fix = "raise rollout.max_context (up to the model's positions) or use a shorter view (e.g. the compact one)"
+        if len(over) == len(trajs):
+            raise ValueError(f"{what}: {fix}")
+        if not self._warned_long_prompts:
+            self._warned_long_prompts = True
+            warnings.warn(f"{what}; they end as truncated: {fix}", stacklevel=3)
 
     def run(self, tasks: Sequence[TaskSpec], repeats: int = 1, *, generator: torch.Generator | None = None,
             greedy: bool = False, seed: int = 0, env_options: Sequence[Mapping[str, Any]] | None = None,
@@ -244,6 +264,7 @@ class RolloutEngine:
                 trajs.append(tr)
                 convs.append((messages, tools))
         stats.env_time += time.perf_counter() - t0
+        self._check_prompts_fit(trajs)
 
         was_training = model.training
         model.eval()
