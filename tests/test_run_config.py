@@ -273,6 +273,31 @@ def test_sft_refuses_to_replace_the_warm_start_of_a_grpo_run(tmp_path: Path, cap
     assert not (run / "sft_policy").exists() and not (run / "config.yaml").exists()
 
 
+def test_a_new_run_refuses_to_throw_away_a_warm_start(tmp_path: Path, capsys) -> None:
+    from rods_gym.trainer.config import PolicyConfig
+    from rods_gym.trainer.policy import build_tiny_policy, save_policy
+
+    finished, interrupted = tmp_path / "finished", tmp_path / "interrupted"
+    tiny = PolicyConfig(hidden_size=16, intermediate_size=32, num_layers=1, num_heads=2, max_positions=256)
+    save_policy(build_tiny_policy(tiny, "compact"), finished / "sft_policy")
+    (interrupted / "sft_checkpoint").mkdir(parents=True)
+    before = {p: sorted(x.name for x in p.rglob("*")) for p in (finished, interrupted)}
+    cases = [("train", finished, "holds a finished warm start", "rods train --run-dir {d} --resume runs GRPO from it"),
+             ("sft", finished, "holds a finished warm start", "rods sft --run-dir {d} --resume keeps it"),
+             ("train", interrupted, "holds an interrupted warm start", "continue it with rods train --run-dir {d} --resume"),
+             ("sft", interrupted, "holds an interrupted warm start", "continue it with rods sft --run-dir {d} --resume")]
+    for command, run, what, how in cases:
+        with pytest.raises(SystemExit) as exit_info:
+            main([command, "--run-dir", str(run)])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and what in err and how.format(d=run) in err, err
+    assert before == {p: sorted(x.name for x in p.rglob("*")) for p in (finished, interrupted)}  # nothing written
+    # --resume is the way on, and is not refused
+    from rods_gym.trainer.commands import refuse_replacing_warm_start
+
+    refuse_replacing_warm_start(finished, resume=True, command="train")
+
+
 def test_a_saved_evaluation_is_reused_only_for_the_same_tasks_and_samples() -> None:
     from rods_gym.trainer.pipeline import same_evaluation
 

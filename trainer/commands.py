@@ -159,6 +159,8 @@ def _config_or_exit(args: argparse.Namespace, command: str) -> Any:
             check_launch(cfg, resume=args.resume)
         if command == "sft" and not args.resume:
             refuse_trained_run(cfg.run_dir)
+        if command == "sft" or (command == "train" and cfg.sft.enabled):
+            refuse_replacing_warm_start(cfg.run_dir, resume=args.resume, command=command)
         if command in ("train", "sft") and args.resume and not (Path(cfg.run_dir) / "sft_policy" / "config.json").exists():
             from .sft import check_sft_checkpoint, sft_settings
 
@@ -196,6 +198,22 @@ def refuse_trained_run(run_dir: str | Path) -> None:
     if ckpt is not None:
         raise ValueError(f"{run_dir} holds a GRPO run (latest checkpoint: {ckpt.name}) trained from its warm start; "
                          "rods sft would replace sft_policy/ under it. Use another --run-dir")
+
+
+def refuse_replacing_warm_start(run_dir: str | Path, *, resume: bool, command: str) -> None:
+    """A new run must not throw away a warm start the directory holds (minutes of SFT): a finished one
+    (``sft_policy/``) or an interrupted one (``sft_checkpoint/``). ``--resume`` continues from it."""
+    if resume:
+        return
+    run_dir = Path(run_dir)
+    if (run_dir / "sft_checkpoint").exists():
+        raise ValueError(f"{run_dir} holds an interrupted warm start ({run_dir / 'sft_checkpoint'}); continue it with "
+                         f"rods {command} --run-dir {run_dir} --resume, or start the new run in another --run-dir")
+    if (run_dir / "sft_policy" / "config.json").exists():
+        then = ("rods train --run-dir {d} --resume runs GRPO from it" if command == "train"
+                else "rods sft --run-dir {d} --resume keeps it").format(d=run_dir)
+        raise ValueError(f"{run_dir} holds a finished warm start ({run_dir / 'sft_policy'}); {then}. To train a new "
+                         "one, use another --run-dir (or remove that directory)")
 
 
 def run_train(args: argparse.Namespace) -> int:
