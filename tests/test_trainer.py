@@ -231,7 +231,7 @@ def test_cli_registers_train_sft_evaluate() -> None:
     assert parser.parse_args(["evaluate", "--splits", "dev"]).func.__name__ == "run_evaluate"
 
 
-def test_pipeline_runs_the_chat_view_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pipeline_runs_the_chat_view_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     """``rods train --config chat_tiny``: byte-level tiny Llama, chat template with tools, SFT, GRPO (with the
     PPO-ptx term), greedy and sampled eval, plot; the warm start runs on ``sft.threads`` torch threads and the
     run's thread count comes back after it."""
@@ -275,8 +275,15 @@ def test_pipeline_runs_the_chat_view_end_to_end(tmp_path: Path, monkeypatch: pyt
     assert after_line["sampled_progress"] == summary["after"]["dev"]["sampled"]["progress"]
     saved = json.loads((tmp_path / "chat" / "summary.json").read_text())
     assert saved["policy"] == "tiny-chat" and saved["env_id"] == "rods/ToolChain-Easy-Chat-v0"
+    # resumed with a time limit already spent: no step runs, and the job says why it stopped short
+    capsys.readouterr()
+    cut = run_training(load_config(cfg.run_dir + "/config.yaml", ["steps=5", "time_limit_min=1e-9", "threads=1"]),
+                       resume=True)
+    assert cut["grpo_steps"] == 2 and cut["stopped_by_time"]
+    assert "GRPO stopped at step 2 of 5: time_limit_min=1e-09" in capsys.readouterr().out
     # resumed with more evaluation tasks: the evaluation before GRPO is run again, so both ends compare alike
-    again = run_training(load_config(cfg.run_dir + "/config.yaml", ["eval.tasks=3", "steps=3", "threads=1"]),
+    again = run_training(load_config(cfg.run_dir + "/config.yaml", ["eval.tasks=3", "steps=3", "threads=1",
+                                                                 "time_limit_min=0"]),
                          resume=True)
     assert again["before"]["dev"]["episodes"] == again["after"]["dev"]["episodes"] == 3 and again["grpo_steps"] == 3
 

@@ -187,7 +187,7 @@ class TrainConfig:
     run_dir: str = "runs/default"
     seed: int = 0
     steps: int = 1000  # GRPO steps (upper bound; time_limit_min may stop earlier)
-    time_limit_min: float = 3.0  # wall-clock budget for the GRPO phase (0: no limit)
+    time_limit_min: float = 0.0  # wall-clock budget for the GRPO phase, minutes per run (0: no limit; the main job: 8)
     log_every: int = 1
     checkpoint_every: int = 25
     keep_checkpoints: int = 2

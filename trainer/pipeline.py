@@ -339,4 +339,7 @@ def run_training(cfg: TrainConfig, *, resume: bool = False, inputs: RunInputs | 
     log(_success_table(before, after))
     log(f"GRPO: {loop.steps_done} step{'' if loop.steps_done == 1 else 's'}, {summary['episodes']} episodes, {grpo_seconds:.0f}s; "
         f"job {summary['job_seconds_this_run']:.0f}s; curve {run_dir / 'training_curve.png'}")
+    if loop.stopped_by_time:
+        log(f"note: GRPO stopped at step {loop.steps_done} of {cfg.steps}: time_limit_min={cfg.time_limit_min:g} "
+            f"(minutes of GRPO this run) ran out; `--resume steps={cfg.steps}` continues it, time_limit_min=0 lifts the limit")
     return summary
