@@ -66,6 +66,9 @@ def test_mistakes_are_caught_when_the_config_loads() -> None:
                             ("policy.num_layers=0", "policy.num_layers must be >= 1, got 0"),
                             ("time_limit_min=-1", "time_limit_min must be >= 0, got -1.0"),
                             ("steps=-5", "steps must be >= 0, got -5"),
+                            ("grpo.lr=nan", "grpo.lr: expected a finite number, got nan"),
+                            ("rollout.temperature=.inf", "rollout.temperature: expected a finite number"),
+                            ("sft.lr=-inf", "sft.lr: expected a finite number"),
                             ("sft.demos=0", "sft.demos must be >= 1 while sft.enabled")):
         with pytest.raises(ValueError, match=words):
             load_config(None, [override])

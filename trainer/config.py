@@ -10,6 +10,7 @@ errors that name the key.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -343,10 +344,12 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
         if not isinstance(value, Mapping):
             raise ValueError(f"config {where}: expected a mapping, got {value!r}")
         return dict(value)
-    if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if tp is float and isinstance(value, str) and _looks_numeric(value):
-        return float(value)  # YAML 1.1 reads 1e-4 (no dot) as a string
+    if tp is float and (isinstance(value, (int, float)) and not isinstance(value, bool)
+                        or isinstance(value, str) and _looks_numeric(value)):  # YAML 1.1 reads 1e-4 as a string
+        number = float(value)
+        if not math.isfinite(number):
+            raise ValueError(f"config {where}: expected a finite number, got {value!r}")
+        return number
     if tp in (int, str, bool) and not (isinstance(value, tp) and not (tp is int and isinstance(value, bool))):
         raise ValueError(f"config {where}: expected {tp.__name__}, got {value!r}")
     if tp is float and not isinstance(value, float):
