@@ -151,7 +151,7 @@ def test_an_action_budget_shorter_than_the_longest_compact_call_is_warned_about(
 
 def test_the_cli_prints_a_warning_of_what_it_reads_in_one_line(tmp_path: Path, capsys) -> None:
     main(["evaluate", "data.slot_ids=typed", "policy.num_layers=1", "--splits", "dev", "--tasks", "1",
-          "--run-dir", str(tmp_path)])
+          "--run-dir", str(tmp_path), "--model", "tiny"])
     warned = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
     assert warned == ["rods evaluate: warning: rollout.max_action_tokens=16 cuts the compact view's longest call short "
                       "(21 tokens with data.slot_ids=typed); set it to at least 21 unless the run's tasks never call "
@@ -299,6 +299,17 @@ def test_a_new_run_refuses_to_throw_away_a_warm_start(tmp_path: Path, capsys) ->
     from rods_gym.trainer.commands import refuse_replacing_warm_start
 
     refuse_replacing_warm_start(finished, resume=True, command="train")
+
+
+def test_evaluate_refuses_a_run_dir_without_a_policy(tmp_path: Path, capsys) -> None:
+    """A mistyped --run-dir must not quietly evaluate a freshly initialised model."""
+    (tmp_path / "empty").mkdir()
+    for run, what in ((tmp_path / "nope", "does not exist"), (tmp_path / "empty", "holds no trained policy")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["evaluate", "--run-dir", str(run), "--tasks", "2"])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and f"--run-dir {run} {what}" in err, err
+    assert not (tmp_path / "nope").exists() and not any((tmp_path / "empty").iterdir())
 
 
 def test_a_saved_evaluation_is_reused_only_for_the_same_tasks_and_samples() -> None:

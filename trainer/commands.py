@@ -14,14 +14,16 @@ RESUMABLE = ("sft_policy/", "sft_checkpoint/", "checkpoints/")  # what a run dir
 CONFIG_HELP = "YAML config file or shipped config name (default, chat_tiny, ...); default: the shipped default"
 
 
-def _add_config_args(p: argparse.ArgumentParser) -> None:
+def _add_config_args(p: argparse.ArgumentParser, run_dir_help: str = "output directory (default runs/<name>)",
+                     example: str = "steps=50 rollout.group_size=4") -> None:
     p.add_argument("--config", default=None, help=CONFIG_HELP)
     p.add_argument("--model", default=None, help="policy: 'tiny' (embedded) or a hub name / local path")
     p.add_argument("--env", default=None, help="environment id (e.g. rods/ToolChain-Compact-v0)")
-    p.add_argument("--run-dir", default=None, help="output directory (default runs/<name>)")
+    p.add_argument("--run-dir", default=None, help=run_dir_help)
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config field, e.g. --set grpo.lr=1e-4 (repeatable)")
-    p.add_argument("extra", nargs="*", metavar="KEY=VALUE", help="more overrides, e.g. steps=50 rollout.group_size=4")
+                   help="override a config field (every field: module rods_gym.trainer.config), e.g. --set "
+                        f"{example.split()[0]} (repeatable)")
+    p.add_argument("extra", nargs="*", metavar="KEY=VALUE", help=f"more overrides, e.g. {example}")
 
 
 def load_from_args(args: argparse.Namespace, *, run_config: bool = False) -> Any:
@@ -109,13 +111,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_train)
 
     p = sub.add_parser("sft", help="SFT on oracle demonstrations; saves the policy and reports held-out success")
-    _add_config_args(p)
+    _add_config_args(p, example="sft.steps=300 sft.lr=1e-3")
     p.add_argument("--resume", action="store_true", help="continue the warm start in --run-dir from its latest "
                    "checkpoint (sft_checkpoint/); a finished one (sft_policy/) is only evaluated")
     p.set_defaults(func=run_sft)
 
     p = sub.add_parser("evaluate", help="greedy success/progress of a policy on task splits")
-    _add_config_args(p)
+    _add_config_args(p, run_dir_help="a run to evaluate: its latest policy and its saved config (nothing is written)",
+                     example="data.env_id=rods/ToolChain-Compact-v0 rollout.max_turns=16")
     p.add_argument("--policy", default=None, help="saved policy directory (default: the latest policy of --run-dir, "
                    "else --model / the config's policy)")
     p.add_argument("--splits", default=None, help="comma-separated splits or JSONL paths (default: eval.splits)")
@@ -293,6 +296,9 @@ def run_evaluate(args: argparse.Namespace) -> int:
             raise ValueError(f"data.env_id {cfg.data.env_id!r} uses the {mode!r} view; LLM policies need one of {MODES} "
                              "(the structured view is for stable-baselines3 agents)")
         sets = {split: spread(load_tasks(split, cfg.data), n) for split in splits}
+        if args.run_dir and not saved and args.model is None:
+            what = "does not exist" if not Path(args.run_dir).exists() else "holds no trained policy (sft_policy/ or checkpoints/)"
+            raise ValueError(f"--run-dir {args.run_dir} {what}; check the path, or give --policy DIR or --model NAME")
         if saved:
             policy = load_policy(saved, cfg.policy.local_files_only, cfg.policy.dtype)
         else:
