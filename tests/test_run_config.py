@@ -301,6 +301,23 @@ def test_a_new_run_refuses_to_throw_away_a_warm_start(tmp_path: Path, capsys) ->
     refuse_replacing_warm_start(finished, resume=True, command="train")
 
 
+def test_resume_refuses_changes_to_what_the_weights_were_trained_for(tmp_path: Path, capsys) -> None:
+    run = tmp_path / "run"
+    _fake_checkpoint(run, 4)
+    save_config(load_config("default", [f"run_dir={run}", "steps=8"]), run / "config.yaml")
+    for change, shown in ((["--model", "Qwen/Qwen2.5-0.5B"], "policy.model: 'tiny' -> 'Qwen/Qwen2.5-0.5B'"),
+                          (["policy.hidden_size=32"], "policy.hidden_size: 128 -> 32"),
+                          (["--env", "rods/ToolChain-Easy-Chat-v0"], "data.env_id: 'rods/ToolChain-Compact-v0' ->"),
+                          (["data.slot_ids=typed"], "data.slot_ids: 'ordered' -> 'typed'")):
+        with pytest.raises(ValueError, match="would change what the run's saved weights are") as info:
+            load_from_args(_args("train", "--run-dir", str(run), "--resume", *change))
+        assert shown in str(info.value)
+    # how the weights load, and everything else, may change
+    cfg = load_from_args(_args("train", "--run-dir", str(run), "--resume", "policy.dtype=bfloat16", "steps=12"))
+    assert (cfg.policy.dtype, cfg.steps) == ("bfloat16", 12)
+    capsys.readouterr()
+
+
 def test_evaluate_refuses_a_run_dir_without_a_policy(tmp_path: Path, capsys) -> None:
     """A mistyped --run-dir must not quietly evaluate a freshly initialised model."""
     (tmp_path / "empty").mkdir()

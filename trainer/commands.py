@@ -66,6 +66,11 @@ def load_from_args(args: argparse.Namespace, *, run_config: bool = False) -> Any
     diff = _diff(before.to_dict(), cfg.to_dict())
     changed = [f"{k}: {a!r} -> {b!r}" for k, (a, b) in diff.items()]
     print(f"resume: the run's saved config ({saved})" + (", with " + "; ".join(changed) if changed else ""))
+    fixed = [k for k in diff if k in FIXED_ON_RESUME or k.startswith("policy.") and k not in RESUME_POLICY_FIELDS]
+    if fixed and any((Path(cfg.run_dir) / name).exists() for name in RESUMABLE):
+        raise ValueError(f"--resume: {', '.join(changed[i] for i, k in enumerate(diff) if k in fixed)} would change "
+                         "what the run's saved weights are (the model, its tokenizer or the view they were trained "
+                         "on); start a new run in another --run-dir, or evaluate the run's policy with rods evaluate")
     late = [k for k in diff if k.startswith("sft.") and not (cfg.grpo.sft_weight > 0 and k in PTX_DEMO_FIELDS)]
     if late and (Path(cfg.run_dir) / "sft_policy" / "config.json").exists():
         # the warm start ran with the saved values: keep them, so that config.yaml stays a true record of the run
@@ -74,6 +79,11 @@ def load_from_args(args: argparse.Namespace, *, run_config: bool = False) -> Any
               f"{'is' if len(late) == 1 else 'are'} ignored; the run keeps the value{'s' * (len(late) > 1)} it ran with")
     return cfg
 
+
+# what a resumed run's weights were built for: the environment's view and ids, and the model (every policy.*
+# field but these two, which only say how the saved weights are loaded)
+FIXED_ON_RESUME = ("data.env_id", "data.slot_ids")
+RESUME_POLICY_FIELDS = ("policy.dtype", "policy.local_files_only")
 
 # sft fields that still matter once the warm start is done: PPO-ptx (grpo.sft_weight > 0) imitates these demonstrations
 PTX_DEMO_FIELDS = ("sft.data", "sft.demos", "sft.data_seed", "sft.recovery", "sft.max_depth")
