@@ -67,6 +67,8 @@ def test_mistakes_are_caught_when_the_config_loads() -> None:
                             ("time_limit_min=-1", "time_limit_min must be >= 0, got -1.0"),
                             ("steps=-5", "steps must be >= 0, got -5"),
                             ("grpo.lr=nan", "grpo.lr: expected a finite number, got nan"),
+                            ("name=", "config name='': a run's name must be a non-empty word"),
+                            ("name=a/b", "config name='a/b'"),
                             ("rollout.temperature=.inf", "rollout.temperature: expected a finite number"),
                             ("sft.lr=-inf", "sft.lr: expected a finite number"),
                             ("sft.demos=0", "sft.demos must be >= 1 while sft.enabled")):
@@ -417,3 +419,14 @@ def test_evaluate_finds_a_runs_latest_policy(tmp_path: Path, capsys, monkeypatch
     assert main(["evaluate", "--run-dir", str(run), "--tasks", "2", "--splits", "dev", "rollout.max_turns=2",
                  "--env", "rods/ToolChain-Compact-v0"]) == 0
     assert seen[-1] == ("rods/ToolChain-Compact-v0", {"max_steps": 9, "slot_ids": "shuffled"}, 2)
+
+
+def test_ctrl_c_says_how_to_resume_instead_of_a_traceback(capsys) -> None:
+    from rods_gym.trainer.commands import _resumable
+
+    with pytest.raises(SystemExit) as exit_info:
+        with _resumable("train", "runs/x"):
+            raise KeyboardInterrupt
+    assert exit_info.value.code == 130
+    assert capsys.readouterr().err.strip() == ("rods train: interrupted; runs/x keeps its last checkpoints: continue "
+                                               "with rods train --run-dir runs/x --resume")

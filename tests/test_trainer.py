@@ -94,8 +94,15 @@ def test_config_errors_name_the_key(tmp_path: Path) -> None:
         load_config(None, ["rollout.group_size=many"])
     bad = tmp_path / "bad.yaml"
     bad.write_text("sft:\n  steps: 3\n  nonsense: 1\n")
-    with pytest.raises(ValueError, match="sft.*nonsense"):
+    with pytest.raises(ValueError, match=r"sft.*nonsense.*\(in the config file .*bad.yaml\)"):
         load_config(bad)
+    with pytest.raises(ValueError, match=r"sft.*nonsense.*\(in the config file .*bad.yaml\)"):
+        load_config(bad, ["steps=3"])  # the file's mistake, with overrides beside it
+    good = tmp_path / "good.yaml"
+    good.write_text("sft:\n  steps: 3\n")
+    with pytest.raises(ValueError, match="grpo.*lrr") as info:
+        load_config(good, ["grpo.lrr=1"])  # the override's mistake: the file is not blamed
+    assert "config file" not in str(info.value)
     with pytest.raises(FileNotFoundError, match="shipped config"):
         load_config("no-such-config")
     with pytest.raises(ValueError, match="sft.threads"):

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 T = TypeVar("T")
 RESUMABLE = ("sft_policy/", "sft_checkpoint/", "checkpoints/")  # what a run directory without config.yaml may still resume from
@@ -235,8 +236,20 @@ def run_train(args: argparse.Namespace) -> int:
     cfg = _config_or_exit(args, "train")
     apply_threads(cfg)
     inputs = _or_exit("train", lambda: prepare_inputs(cfg))
-    summary = run_training(cfg, resume=args.resume, inputs=inputs)
+    with _resumable("train", cfg.run_dir):
+        summary = run_training(cfg, resume=args.resume, inputs=inputs)
     return 0 if summary else 1
+
+
+@contextlib.contextmanager
+def _resumable(command: str, run_dir: str) -> Iterator[None]:
+    """Ctrl-C: one line that says what is kept and how to go on, instead of a traceback; exit status 130."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        print(f"\nrods {command}: interrupted; {run_dir} keeps its last checkpoints: continue with "
+              f"rods {command} --run-dir {run_dir} --resume", file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 def run_sft(args: argparse.Namespace) -> int:
@@ -256,7 +269,8 @@ def run_sft(args: argparse.Namespace) -> int:
     save_config(cfg, run_dir / "config.yaml")
     from .pipeline import _print
 
-    warm_start(cfg, policy, inputs.seeds, accelerator, run_dir, args.resume, lambda *a: _print(accelerator, *a))
+    with _resumable("sft", cfg.run_dir):
+        warm_start(cfg, policy, inputs.seeds, accelerator, run_dir, args.resume, lambda *a: _print(accelerator, *a))
     if accelerator.is_main_process:
         for split, tasks in inputs.eval_sets.items():
             with torch_threads(cfg.eval.threads):

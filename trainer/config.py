@@ -171,7 +171,7 @@ class SFTConfig:
 @dataclass(frozen=True)
 class EvalConfig:
     splits: tuple[str, ...] = ("test",)
-    tasks: int = 200  # per split (first N tasks)
+    tasks: int = 200  # per split: N tasks evenly spaced over the split (tasks.spread: sets are ordered by depth)
     every: int = 0  # GRPO steps between evaluations (0: only before and after)
     batch_episodes: int = 256
     # also this many sampled episodes per task at rollout.temperature (a fixed random stream, so runs
@@ -241,6 +241,11 @@ CHOICES = {
 
 
 def check_config(cfg: TrainConfig) -> None:
+    if not cfg.name.strip() or "/" in cfg.name or cfg.name in (".", ".."):
+        raise ValueError(f"config name={cfg.name!r}: a run's name must be a non-empty word without '/' (it names "
+                         "runs/<name>; set run_dir for another directory)")
+    if not cfg.run_dir.strip():
+        raise ValueError("config run_dir: must not be empty")
     for (section, name), allowed in CHOICES.items():
         value = getattr(getattr(cfg, section), name)
         if value not in allowed:
@@ -465,7 +470,18 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] | Mappi
     data = merge(data, extra)
     if "name" in data and "run_dir" not in extra and derived:  # a renamed run moves with its name
         data["run_dir"] = f"runs/{data['name']}"
-    return from_dict(TrainConfig, data)
+    try:
+        return from_dict(TrainConfig, data)
+    except ValueError as exc:
+        if path is not None and extra:  # say whether the mistake is the file's or the overrides'
+            try:
+                from_dict(TrainConfig, read_config_file(path))
+            except ValueError as own:
+                if str(own) == str(exc):
+                    raise ValueError(f"{exc} (in the config file {path})") from None
+        elif path is not None:
+            raise ValueError(f"{exc} (in the config file {path})") from None
+        raise
 
 
 def save_config(cfg: TrainConfig, path: str | Path) -> None:
