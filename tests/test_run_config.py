@@ -374,6 +374,11 @@ def test_paths_splits_and_envs_that_do_not_exist_are_named(tmp_path: Path, monke
     assert "rods evaluate: warning: the policy's tokenizer" in capsys.readouterr().err
     assert main(["evaluate", "--policy", pol, "--tasks", "1", "rollout.max_turns=1", "rollout.max_action_tokens=2"]) == 0
     assert "does not know" not in capsys.readouterr().err  # its own view
+    # eval.samples: the job's sampled episodes beside the greedy one, as the job's own evaluation reports them
+    assert main(["evaluate", "--policy", pol, "--tasks", "2", "--splits", "dev", "rollout.max_turns=1",
+                 "rollout.max_action_tokens=2", "eval.samples=3", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)["dev"]
+    assert result["episodes"] == 2 and result["sampled"]["samples"] == 3 and result["sampled"]["episodes"] == 6
     with pytest.raises(FileNotFoundError, match="neither a split name .*train, dev, test, ood"):
         gym.make("rods/ToolChain-v0", task_set="validation")
     with pytest.raises(ValueError, match="not a rods_gym tool-use environment"):
@@ -403,16 +408,16 @@ def test_evaluate_finds_a_runs_latest_policy(tmp_path: Path, capsys, monkeypatch
     save_config(load_config("default", [f"run_dir={run}", "data.env_id=rods/ToolChain-Easy-Compact-v0",
                                         "data.slot_ids=shuffled", "data.env_max_steps=9", "rollout.max_turns=3"]),
                 run / "config.yaml")
-    import rods_gym.trainer.evaluation as evaluation
+    import rods_gym.trainer.rollout as rollout
 
     seen: list = []
-    real = evaluation.evaluate
+    real = rollout.RolloutEngine
 
-    def spy(policy, tasks, env_id, **kw):
-        seen.append((env_id, kw["env_kwargs"], kw["settings"].max_turns))
-        return real(policy, tasks, env_id, **kw)
+    def spy(policy, env_id, settings, env_kwargs=None):
+        seen.append((env_id, env_kwargs, settings.max_turns))
+        return real(policy, env_id, settings, env_kwargs)
 
-    monkeypatch.setattr(evaluation, "evaluate", spy)
+    monkeypatch.setattr(rollout, "RolloutEngine", spy)
     assert main(["evaluate", "--run-dir", str(run), "--tasks", "2", "--splits", "dev"]) == 0
     assert "in rods/ToolChain-Easy-Compact-v0 with the run's config" in capsys.readouterr().err
     assert seen == [("rods/ToolChain-Easy-Compact-v0", {"max_steps": 9, "slot_ids": "shuffled"}, 3)]

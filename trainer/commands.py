@@ -127,7 +127,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "checkpoint (sft_checkpoint/); a finished one (sft_policy/) is only evaluated")
     p.set_defaults(func=run_sft)
 
-    p = sub.add_parser("evaluate", help="greedy success/progress of a policy on task splits")
+    p = sub.add_parser("evaluate", help="greedy success/progress of a policy on task splits, per depth and turn "
+                       "type (and eval.samples sampled episodes per task)")
     _add_config_args(p, run_dir_help="a run to evaluate: its latest policy and its saved config (nothing is written)",
                      example="data.env_id=rods/ToolChain-Compact-v0 rollout.max_turns=16")
     p.add_argument("--policy", default=None, help="saved policy directory (default: the latest policy of --run-dir, "
@@ -291,7 +292,6 @@ def run_policy(run_dir: str | Path) -> Path | None:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    from .evaluation import evaluate
     from .loop import env_kwargs, eval_settings
     from .pipeline import apply_threads, check_action_tokens, check_view_vocabulary, env_mode
     from .policy import load_policy, make_policy
@@ -333,18 +333,21 @@ def run_evaluate(args: argparse.Namespace) -> int:
         return policy, sets
 
     policy, sets = _or_exit("evaluate", prepare)
+    from .loop import evaluate_sets
     from .pipeline import make_accelerator
+    from .rollout import RolloutEngine
 
-    policy.model.to(make_accelerator().device)  # a GPU's when there is one
+    accelerator = make_accelerator()
+    policy.model.to(accelerator.device)  # a GPU's when there is one
     if not saved and cfg.policy.model == "tiny":
         print("note: no --policy given (and no trained policy in --run-dir), so this evaluates a freshly initialised "
               "tiny model; pass --policy RUN_DIR/sft_policy or --run-dir RUN_DIR to evaluate a trained one",
               file=sys.stderr)
-    results = {}
-    for split, tasks in sets.items():
-        with torch_threads(cfg.eval.threads):
-            results[split] = evaluate(policy, tasks, cfg.data.env_id, settings=eval_settings(cfg),
-                                      batch_episodes=cfg.eval.batch_episodes, env_kwargs=env_kwargs(cfg))
+    # the job's own evaluation: greedy, plus eval.samples episodes per task sampled at rollout.temperature
+    engine = RolloutEngine(policy, cfg.data.env_id, eval_settings(cfg), env_kwargs(cfg))
+    with torch_threads(cfg.eval.threads):
+        results = evaluate_sets(engine, sets, accelerator, cfg.eval.batch_episodes, policy.model, cfg.eval.samples,
+                                cfg.seed)
     if args.json:
         print(json.dumps(results, indent=2))
     else:
@@ -353,4 +356,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
                                + [f"{name} {v['success']:.2f}" for name, v in res["per_stratum"].items()])
             print(f"{split:6s} success {res['success']:.3f}  progress {res['progress']:.3f}  turns {res['turns']:.1f}  "
                   f"errors/action {res['error_rate']:.3f}  ({res['episodes']} tasks)  {groups}")
+            if "sampled" in res:
+                sampled = res["sampled"]
+                print(f"{split:6s} sampled x{sampled['samples']} at T={cfg.rollout.temperature:g}: success "
+                      f"{sampled['success']:.3f}  progress {sampled['progress']:.3f}  ({sampled['episodes']} episodes)")
     return 0
