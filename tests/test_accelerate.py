@@ -168,3 +168,31 @@ def test_two_cpu_processes_average_gradients_and_stay_identical(tmp_path: Path) 
     for a, b in zip(r0["history"], r1["history"]):
         assert {k: a[k] for k in ("reward_mean", "success", "zero_std_frac", "loss", "kl_old")} == \
                {k: b[k] for k in ("reward_mean", "success", "zero_std_frac", "loss", "kl_old")}
+
+
+def test_a_lone_process_where_several_were_asked_is_warned_about(monkeypatch) -> None:
+    """``accelerate launch --num_processes 2`` without ``--multi_gpu`` on a CPU machine starts one process."""
+    from rods_gym.trainer import pipeline
+
+    launcher = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "launch", "--num_processes", "2",
+                                 "-m", "rods_gym.cli", "train"])
+    try:
+        import time
+
+        cmdline = Path(f"/proc/{launcher.pid}/cmdline")
+        for _ in range(500):  # the child's command line appears once it has exec'd (bounded wait)
+            if b"--num_processes" in cmdline.read_bytes():
+                break
+            time.sleep(0.01)
+        monkeypatch.setattr(pipeline.os, "getppid", lambda: launcher.pid)
+        monkeypatch.delenv("WORLD_SIZE", raising=False)
+        monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
+        assert pipeline.check_lone_launch() is None  # not launched by accelerate: nothing to say
+        monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "no")
+        with pytest.warns(UserWarning, match="asked for --num_processes 2 but started this one process alone"):
+            assert "--multi_gpu --num_processes 2" in pipeline.check_lone_launch()
+        monkeypatch.setenv("WORLD_SIZE", "2")  # a real two-process launch
+        assert pipeline.check_lone_launch() is None
+    finally:
+        launcher.kill()
+        launcher.wait()

@@ -194,8 +194,9 @@ def check_launch(cfg: Any, *, resume: bool) -> None:
     """What the number of launched processes must fit: the step's tasks split evenly, and a resumed
     checkpoint written by as many processes (checked here, before the warm start and the first evaluation)."""
     from .checkpoint import check_world_size, latest_checkpoint
-    from .pipeline import launched_processes
+    from .pipeline import check_lone_launch, launched_processes
 
+    check_lone_launch()  # a warning: one process where several were asked
     world = launched_processes()
     if cfg.rollout.tasks_per_step % world:
         raise ValueError(f"config rollout.tasks_per_step={cfg.rollout.tasks_per_step} must be divisible by the "

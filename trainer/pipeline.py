@@ -55,6 +55,28 @@ def launched_processes() -> int:
     return 1
 
 
+def check_lone_launch() -> str | None:
+    """``accelerate launch --num_processes N`` without ``--multi_gpu`` on a machine without GPUs starts a
+    single process and says nothing. Detected from the launcher's command line (Linux ``/proc``): a
+    warning, since the run is correct, only not parallel. Returns the message (None: nothing to say)."""
+    if launched_processes() > 1 or "ACCELERATE_MIXED_PRECISION" not in os.environ:
+        return None  # a multi-process launch, or not launched by accelerate
+    try:
+        argv = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    args = [a.decode(errors="replace") for a in argv]
+    asked = next((args[i + 1] for i, a in enumerate(args[:-1]) if a == "--num_processes"), None)
+    asked = asked or next((a.split("=", 1)[1] for a in args if a.startswith("--num_processes=")), None)
+    if asked is None or not asked.isdigit() or int(asked) < 2:
+        return None
+    message = (f"accelerate launch was asked for --num_processes {asked} but started this one process alone "
+               "(without GPUs it launches several only with --multi_gpu, which uses gloo on CPU): "
+               f"accelerate launch --multi_gpu --num_processes {asked} -m rods_gym.cli train ...")
+    warnings.warn(message, stacklevel=2)
+    return message
+
+
 def _print(accelerator: Accelerator, *args: Any) -> None:
     if accelerator.is_main_process:
         print(*args, flush=True)
