@@ -190,7 +190,7 @@ def test_a_lone_process_where_several_were_asked_is_warned_about(monkeypatch) ->
         assert pipeline.check_lone_launch() is None  # not launched by accelerate: nothing to say
         monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "no")
         with pytest.warns(UserWarning, match="asked for --num_processes 2 but started this one process alone"):
-            assert "--multi_gpu --num_processes 2" in pipeline.check_lone_launch()
+            assert pipeline.check_lone_launch().endswith("; add --multi_gpu")
         monkeypatch.setenv("WORLD_SIZE", "2")  # a real two-process launch
         assert pipeline.check_lone_launch() is None
     finally:

@@ -187,3 +187,41 @@ def test_compact_and_chat_policies_end_actions_with_their_eos() -> None:
     for mode in ("compact", "chat"):
         policy = build_tiny_policy(TINY, mode)
         assert end_of_turn_id(policy.tokenizer) == policy.tokenizer.eos_token_id == policy.eos_id
+
+
+def test_an_action_stopped_by_another_stop_id_still_closes_its_turn() -> None:
+    """A base model may stop on its eos (``<|endoftext|>``) rather than the template's ``<|im_end|>``: the
+    generated ids are kept, and the template's end of turn follows as context, as the rendered text has it."""
+    from rods_gym.trainer.policy import wrap
+    from rods_gym.trainer.transcript import ChatCodec
+
+    base = build_tiny_policy(TINY, "chat")
+    base.tokenizer.add_special_tokens({"eos_token": "<|endoftext|>"})
+    policy = wrap(base.model, base.tokenizer, "eos-differs")
+    codec = ChatCodec(policy)
+    messages = [{"role": "user", "content": "hi"}]
+    tr = codec.start(messages, None)
+    for stop in ("<|endoftext|>", "<|im_end|>"):
+        ids = codec.encode("call x") + [base.tokenizer.convert_tokens_to_ids(stop)]
+        assert codec.closes_turn(ids) == (stop == "<|im_end|>")
+        before = len(tr)
+        tr.add_action(ids)
+        messages = messages + [{"role": "assistant", "content": "call x"}, {"role": "user", "content": "ok"}]
+        codec.continue_after_action(tr, messages, 1, None, codec.closes_turn(ids))
+        added = base.tokenizer.decode(tr.ids[before:], skip_special_tokens=False)
+        assert added == f"call x{stop}" + ("<|im_end|>" if stop != "<|im_end|>" else "") + \
+            "\n<|im_start|>user\nok<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_the_end_of_turn_probe_retries_with_a_system_turn_and_gives_up_cleanly() -> None:
+    from rods_gym.trainer.policy import end_of_turn_id
+
+    tokenizer = build_tiny_policy(TINY, "chat").tokenizer
+    needs_system = ("{% if messages[0]['role'] != 'system' %}{{ raise_exception('system first') }}{% endif %}"
+                    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}")
+    tokenizer.chat_template = needs_system
+    assert end_of_turn_id(tokenizer) == tokenizer.convert_tokens_to_ids("<|im_end|>")
+    tokenizer.chat_template = "{{ raise_exception('never') }}"
+    assert end_of_turn_id(tokenizer) is None  # the caller keeps the tokenizer's eos
+    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"  # no special token after a turn
+    assert end_of_turn_id(tokenizer) is None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -233,19 +235,31 @@ def test_shuffled_slot_ids_keep_a_groups_prompt_and_replay_branches(compact_poli
 
 
 def test_prompts_longer_than_the_context_are_refused_or_warned(compact_policy, easy_tasks) -> None:
-    # a first prompt with no room for an action: no episode could act, so the batch is refused, naming the bound
-    tiny = RolloutEngine(compact_policy, "rods/ToolChain-Compact-v0", RolloutSettings(max_action_tokens=4, max_context=8))
-    with pytest.raises(ValueError, match=r"rollout.max_context=8 .*no action can be generated"):
-        tiny.run(easy_tasks[:2], 1, generator=torch.Generator().manual_seed(0))
-    # where only some prompts are too long, those episodes end truncated and one warning says so
+    from rods_gym.trainer.config import load_config
+    from rods_gym.trainer.pipeline import check_prompts_fit
+
     probe = RolloutEngine(compact_policy, "rods/ToolChain-Compact-v0", RolloutSettings(max_action_tokens=4))
-    lengths = {t.id: len(probe.codec.start(*conversation_start(probe._env(0), probe._env(0).reset(
-        options={"task": t})[0]))) for t in easy_tasks[:12]}
-    cut = sorted(set(lengths.values()))[0]
-    assert len(set(lengths.values())) > 1
+    lengths = {t.id: probe.prompt_length(t) for t in easy_tasks[:12]}
+    cut = min(lengths.values())
+    assert max(lengths.values()) > cut
+    # in a run, a batch with prompts too long warns once and those episodes end untouched, counted as truncated
     mixed = RolloutEngine(compact_policy, "rods/ToolChain-Compact-v0",
                           RolloutSettings(max_action_tokens=4, max_turns=1, max_context=cut + 4))
     with pytest.warns(UserWarning, match="episodes .* exceeds rollout.max_context"):
         trajs, _ = mixed.run(easy_tasks[:12], 1, generator=torch.Generator().manual_seed(0))
     assert all((t.turns == 0) == (lengths[t.task.id] > cut) for t in trajs)
     assert all(t.truncated for t in trajs if t.turns == 0)
+    longest = max(easy_tasks[:12], key=lambda t: lengths[t.id])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once per engine; a batch where nothing fits does not stop the run
+        trajs, _ = mixed.run([longest], 2, generator=torch.Generator().manual_seed(0))
+    assert all(t.turns == 0 and t.truncated for t in trajs)
+    # before a run: a task set none of whose prompts fits is refused, naming the bound; the compact view is not
+    # told to use the compact view
+    cfg = load_config(None, ["rollout.max_action_tokens=4", f"rollout.max_context={cut + 4}"])
+    with pytest.warns(UserWarning, match="^dev tasks: the first prompt of"):
+        check_prompts_fit(cfg, compact_policy, {"dev": easy_tasks[:12]})
+    tight = load_config(None, ["rollout.max_action_tokens=4", "rollout.max_context=8"])
+    with pytest.raises(ValueError, match=r"^dev tasks: .*rollout.max_context=8 .*no action can be generated") as info:
+        check_prompts_fit(tight, compact_policy, {"dev": easy_tasks[:12]})
+    assert "shorter view" not in str(info.value)

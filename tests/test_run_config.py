@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import rods_gym  # noqa: F401  (registers the environments)
-from rods_gym.cli import build_parser, main
+from rods_gym.cli import build_parser, main, parse_args
 from rods_gym.trainer.checkpoint import refuse_stale_checkpoints
 from rods_gym.trainer.commands import load_from_args
 from rods_gym.trainer.config import load_config, save_config
@@ -22,7 +22,7 @@ from rods_gym.trainer.sft import env_mode
 
 
 def _args(*argv: str):
-    return build_parser().parse_args(list(argv))
+    return parse_args(build_parser(), list(argv))  # as the CLI parses: overrides may stand after options
 
 
 def test_a_config_file_can_build_on_a_shipped_one(tmp_path: Path) -> None:
@@ -80,8 +80,6 @@ def test_mistakes_are_caught_when_the_config_loads() -> None:
 
 
 def test_bare_overrides_may_follow_options_and_a_new_name_moves_the_run(capsys) -> None:
-    from rods_gym.cli import parse_args
-
     args = parse_args(build_parser(), ["train", "steps=2", "--run-dir", "/tmp/x", "sft.steps=3", "--set", "seed=4",
                                        "eval.tasks=5"])
     cfg = load_from_args(args)
@@ -314,9 +312,10 @@ def test_resume_refuses_changes_to_what_the_weights_were_trained_for(tmp_path: P
         with pytest.raises(ValueError, match="would change what the run's saved weights are") as info:
             load_from_args(_args("train", "--run-dir", str(run), "--resume", *change))
         assert shown in str(info.value)
-    # how the weights load, and everything else, may change
-    cfg = load_from_args(_args("train", "--run-dir", str(run), "--resume", "policy.dtype=bfloat16", "steps=12"))
-    assert (cfg.policy.dtype, cfg.steps) == ("bfloat16", 12)
+    # how the weights load, another environment of the same view, ordered -> shuffled ids, and the rest may change
+    cfg = load_from_args(_args("train", "--run-dir", str(run), "--resume", "policy.dtype=bfloat16", "steps=12",
+                               "--env", "rods/ToolChain-Easy-Compact-v0", "data.slot_ids=shuffled"))
+    assert (cfg.policy.dtype, cfg.steps, cfg.data.slot_ids) == ("bfloat16", 12, "shuffled")
     capsys.readouterr()
 
 

@@ -94,9 +94,9 @@ def test_config_errors_name_the_key(tmp_path: Path) -> None:
         load_config(None, ["rollout.group_size=many"])
     bad = tmp_path / "bad.yaml"
     bad.write_text("sft:\n  steps: 3\n  nonsense: 1\n")
-    with pytest.raises(ValueError, match=r"sft.*nonsense.*\(in the config file .*bad.yaml\)"):
+    with pytest.raises(ValueError, match=r"sft.*nonsense.*\(in the config file .*bad.yaml or its base\)"):
         load_config(bad)
-    with pytest.raises(ValueError, match=r"sft.*nonsense.*\(in the config file .*bad.yaml\)"):
+    with pytest.raises(ValueError, match=r"sft.*nonsense.*\(in the config file .*bad.yaml or its base\)"):
         load_config(bad, ["steps=3"])  # the file's mistake, with overrides beside it
     good = tmp_path / "good.yaml"
     good.write_text("sft:\n  steps: 3\n")

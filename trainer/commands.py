@@ -67,7 +67,7 @@ def load_from_args(args: argparse.Namespace, *, run_config: bool = False) -> Any
     diff = _diff(before.to_dict(), cfg.to_dict())
     changed = [f"{k}: {a!r} -> {b!r}" for k, (a, b) in diff.items()]
     print(f"resume: the run's saved config ({saved})" + (", with " + "; ".join(changed) if changed else ""))
-    fixed = [k for k in diff if k in FIXED_ON_RESUME or k.startswith("policy.") and k not in RESUME_POLICY_FIELDS]
+    fixed = [k for k in diff if changes_the_weights(k, before, cfg)]
     if fixed and any((Path(cfg.run_dir) / name).exists() for name in RESUMABLE):
         raise ValueError(f"--resume: {', '.join(changed[i] for i, k in enumerate(diff) if k in fixed)} would change "
                          "what the run's saved weights are (the model, its tokenizer or the view they were trained "
@@ -81,10 +81,21 @@ def load_from_args(args: argparse.Namespace, *, run_config: bool = False) -> Any
     return cfg
 
 
-# what a resumed run's weights were built for: the environment's view and ids, and the model (every policy.*
-# field but these two, which only say how the saved weights are loaded)
-FIXED_ON_RESUME = ("data.env_id", "data.slot_ids")
-RESUME_POLICY_FIELDS = ("policy.dtype", "policy.local_files_only")
+def changes_the_weights(key: str, before: Any, after: Any) -> bool:
+    """Whether changing config field ``key`` from ``before``'s value to ``after``'s changes what a run's saved
+    weights are, or were trained for: the model (every field of the embedded model but how it loads); the
+    environment's view (compact, chat); typed slot ids, which the embedded compact tokenizer spells."""
+    from .sft import env_mode
+
+    if key == "policy.model":
+        return True
+    if key.startswith("policy."):
+        return before.policy.model == "tiny" and key not in ("policy.dtype", "policy.local_files_only")
+    if key == "data.env_id":
+        return env_mode(before.data.env_id) != env_mode(after.data.env_id)
+    if key == "data.slot_ids":
+        return "typed" in (before.data.slot_ids, after.data.slot_ids)
+    return False
 
 # sft fields that still matter once the warm start is done: PPO-ptx (grpo.sft_weight > 0) imitates these demonstrations
 PTX_DEMO_FIELDS = ("sft.data", "sft.demos", "sft.data_seed", "sft.recovery", "sft.max_depth")
@@ -294,7 +305,7 @@ def run_policy(run_dir: str | Path) -> Path | None:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     from .loop import env_kwargs, eval_settings
-    from .pipeline import apply_threads, check_action_tokens, check_view_vocabulary, env_mode
+    from .pipeline import apply_threads, check_action_tokens, check_prompts_fit, check_view_vocabulary, env_mode
     from .policy import load_policy, make_policy
     from .rollout import MODES
     from .tasks import load_tasks, spread
@@ -331,6 +342,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         check_action_tokens(cfg, policy, mode)  # warnings
         if saved or cfg.policy.model != "tiny":
             check_view_vocabulary(cfg, policy)
+        check_prompts_fit(cfg, policy, sets)
         return policy, sets
 
     policy, sets = _or_exit("evaluate", prepare)
@@ -349,6 +361,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
     with torch_threads(cfg.eval.threads):
         results = evaluate_sets(engine, sets, accelerator, cfg.eval.batch_episodes, policy.model, cfg.eval.samples,
                                 cfg.seed)
+    if not accelerator.is_main_process:  # under accelerate launch the processes share the tasks; one reports
+        return 0
     if args.json:
         print(json.dumps(results, indent=2))
     else:

@@ -478,9 +478,9 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] | Mappi
                 from_dict(TrainConfig, read_config_file(path))
             except ValueError as own:
                 if str(own) == str(exc):
-                    raise ValueError(f"{exc} (in the config file {path})") from None
+                    raise ValueError(f"{exc} (in the config file {resolve_config_path(path)} or its base)") from None
         elif path is not None:
-            raise ValueError(f"{exc} (in the config file {path})") from None
+            raise ValueError(f"{exc} (in the config file {resolve_config_path(path)} or its base)") from None
         raise
 
 

@@ -32,7 +32,7 @@ from .loop import LoopResult, check_source_fits_rollout, env_kwargs, eval_scalar
 from .metrics import MetricsLogger, read_jsonl
 from .plots import plot_training_curve
 from .policy import Policy, load_policy, longest_compact_call, make_policy, save_policy
-from .rollout import RolloutEngine
+from .rollout import RolloutEngine, prompt_overflow
 from .sft import Demo, demonstrations, env_mode, oracle_episode, train_sft
 from .sources import make_source
 from .task_source import TaskSource
@@ -70,9 +70,10 @@ def check_lone_launch() -> str | None:
     asked = asked or next((a.split("=", 1)[1] for a in args if a.startswith("--num_processes=")), None)
     if asked is None or not asked.isdigit() or int(asked) < 2:
         return None
-    message = (f"accelerate launch was asked for --num_processes {asked} but started this one process alone "
-               "(without GPUs it launches several only with --multi_gpu, which uses gloo on CPU): "
-               f"accelerate launch --multi_gpu --num_processes {asked} -m rods_gym.cli train ...")
+    cpu = " and drop --cpu" if "--cpu" in args else ""
+    message = (f"accelerate launch was asked for --num_processes {asked} but started this one process alone: it "
+               f"starts several only with --multi_gpu and without --cpu (on a machine without GPUs, --multi_gpu "
+               f"runs them on the CPU with gloo); add --multi_gpu{cpu}")
     warnings.warn(message, stacklevel=2)
     return message
 
@@ -247,7 +248,28 @@ def prepare_inputs(cfg: TrainConfig, *, check_source: bool = True) -> RunInputs:
     check_action_tokens(cfg, policy, mode)
     if cfg.policy.model != "tiny":  # the embedded policy is built for this view
         check_view_vocabulary(cfg, policy)
+    check_prompts_fit(cfg, policy, {"train": seeds, **eval_sets})
     return RunInputs(mode, seeds, eval_sets, policy, source)
+
+
+def check_prompts_fit(cfg: TrainConfig, policy: Policy, task_sets: Mapping[str, Sequence[Any]],
+                      per_set: int = 32) -> None:
+    """Refuse (``ValueError``) a task set none of whose first prompts leaves room for an action within
+    ``rollout.max_context`` (every episode would end untouched, and the run would learn nothing while
+    finishing normally); warn where only some do not. ``per_set`` tasks evenly spaced over each set."""
+    engine = RolloutEngine(policy, cfg.data.env_id, eval_settings(cfg), env_kwargs(cfg))
+    s = engine.settings
+    for name, tasks in task_sets.items():
+        sample = spread(list(tasks), per_set)
+        lengths = {task.id: engine.prompt_length(task) for task in sample}
+        over = {k: v for k, v in lengths.items() if v + s.max_action_tokens > s.max_context}
+        if not over:
+            continue
+        what = prompt_overflow(max(over, key=over.get), len(over), len(sample), max(over.values()), s, engine.mode,
+                               cfg.data.env_id)
+        if len(over) == len(sample):
+            raise ValueError(f"{name} tasks: {what}")
+        warnings.warn(f"{name} tasks: {what}; those episodes end as truncated", stacklevel=2)
 
 
 def check_action_tokens(cfg: TrainConfig, policy: Policy, mode: str) -> str | None:

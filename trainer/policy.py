@@ -61,11 +61,14 @@ def end_of_turn_id(tokenizer: PreTrainedTokenizerBase) -> int | None:
     base: eos ``<|endoftext|>``, turns end with ``<|im_end|>``). Actions must end with the template's
     token, or demonstrations teach an end of turn that the rendered conversation never shows.
     """
-    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": _TURN_PROBE}]
-    try:
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
-    except Exception:  # a template that refuses this minimal conversation: keep the tokenizer's eos
-        return None
+    pair = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": _TURN_PROBE}]
+    text = None
+    for messages in (pair, [{"role": "system", "content": "probe"}, *pair]):  # some templates need a system turn
+        try:
+            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
+            break
+        except Exception:  # a template that refuses this conversation: try the next, else keep the eos
+            continue
     at = text.rfind(_TURN_PROBE) if isinstance(text, str) else -1
     if at < 0:
         return None
@@ -77,9 +80,6 @@ def end_of_turn_id(tokenizer: PreTrainedTokenizerBase) -> int | None:
 
 
 def wrap(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str) -> Policy:
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    tokenizer.padding_side = "left"
     if tokenizer.chat_template is None:
         raise ValueError(f"policy {name!r}: the tokenizer has no chat template; the rollout engine renders "
                          "conversations with tokenizer.apply_chat_template")
@@ -89,6 +89,9 @@ def wrap(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str) 
     if eos is None:
         raise ValueError(f"policy {name!r}: the tokenizer has no eos token and its chat template ends an assistant "
                          "message with no special token; the rollout engine cannot tell where an action ends")
+    if tokenizer.pad_token_id is None:  # padding is masked out; any special token the model knows will do
+        tokenizer.pad_token = tokenizer.convert_ids_to_tokens(int(eos))
+    tokenizer.padding_side = "left"
     return Policy(model=model, tokenizer=tokenizer, eos_id=int(eos), stop_ids=tuple(dict.fromkeys((int(eos),) + stops)),
                   pad_id=int(tokenizer.pad_token_id), name=name)
 

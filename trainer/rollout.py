@@ -184,6 +184,16 @@ def oracle_actions(task: TaskSpec) -> int:
             + sum(1 for t in task.turns if t.locked))
 
 
+def prompt_overflow(task_id: str, over: int, total: int, longest: int, settings: RolloutSettings, mode: str,
+                    env_id: str) -> str:
+    """What to say when ``over`` of ``total`` first prompts leave no room for an action."""
+    shorter = " or use a shorter view (the compact one)" if mode != "compact" else ""
+    return (f"the first prompt of {over} of {total} episodes (up to {longest} tokens, task {task_id!r} among them) "
+            f"plus rollout.max_action_tokens={settings.max_action_tokens} exceeds rollout.max_context="
+            f"{settings.max_context} in {env_id!r}, so no action can be generated: raise rollout.max_context (up to "
+            f"the model's positions){shorter}")
+
+
 class RolloutEngine:
     """Holds a pool of environments of ``env_id`` and runs batches of episodes with a policy."""
 
@@ -207,23 +217,23 @@ class RolloutEngine:
         return self.envs[i]
 
 
-    def _check_prompts_fit(self, trajs: Sequence[Trajectory]) -> None:
-        """An episode whose first prompt leaves no room for an action would end untouched, counted as
-        truncated: refuse a batch where no episode fits, warn (once per engine) where some do not."""
+    def prompt_length(self, task: TaskSpec, env_options: Mapping[str, Any] | None = None) -> int:
+        """Tokens of ``task``'s first prompt (reset with seed 0), as an episode starts from it."""
+        env = self._env(0)
+        obs, _ = env.reset(seed=0, options={"task": task, **dict(env_options or {})})
+        return len(self.codec.start(*conversation_start(env, obs)))
+
+    def _warn_long_prompts(self, trajs: Sequence[Trajectory]) -> None:
+        """An episode whose first prompt leaves no room for an action ends untouched, counted as truncated:
+        said once per engine (a setup check, ``pipeline.check_prompts_fit``, refuses task sets where none fit)."""
         s = self.settings
         over = [tr for tr in trajs if len(tr.transcript) + s.max_action_tokens > s.max_context]
-        if not over:
+        if not over or self._warned_long_prompts:
             return
+        self._warned_long_prompts = True
         longest = max(len(tr.transcript) for tr in over)
-        what = (f"the first prompt of {len(over)} of {len(trajs)} episodes (up to {longest} tokens, task "
-                f"{over[0].task.id!r} among them) plus rollout.max_action_tokens={s.max_action_tokens} exceeds "
-                f"rollout.max_context={s.max_context} in {self.env_id!r}, so no action can be generated")
-        fix = "raise rollout.max_context (up to the model's positions) or use a shorter view (e.g. the compact one)"
-        if len(over) == len(trajs):
-            raise ValueError(f"{what}: {fix}")
-        if not self._warned_long_prompts:
-            self._warned_long_prompts = True
-            warnings.warn(f"{what}; they end as truncated: {fix}", stacklevel=3)
+        what = prompt_overflow(over[0].task.id, len(over), len(trajs), longest, s, self.mode, self.env_id)
+        warnings.warn(f"{what}; they end as truncated", stacklevel=3)
 
     def run(self, tasks: Sequence[TaskSpec], repeats: int = 1, *, generator: torch.Generator | None = None,
             greedy: bool = False, seed: int = 0, env_options: Sequence[Mapping[str, Any]] | None = None,
@@ -264,7 +274,7 @@ class RolloutEngine:
                 trajs.append(tr)
                 convs.append((messages, tools))
         stats.env_time += time.perf_counter() - t0
-        self._check_prompts_fit(trajs)
+        self._warn_long_prompts(trajs)
 
         was_training = model.training
         model.eval()
@@ -313,7 +323,7 @@ class RolloutEngine:
                 messages, n_new = conversation_step(env, messages, text, obs, info)
                 convs[i] = (messages, tools)
                 before = len(tr.transcript)
-                self.codec.continue_after_action(tr.transcript, messages, n_new, tools, g.stopped)
+                self.codec.continue_after_action(tr.transcript, messages, n_new, tools, self.codec.closes_turn(g.ids))
                 new_ids[i] = tr.transcript.ids[before:]
             keep = [k for k, i in enumerate(rows) if not trajs[i].done]
             session.keep(keep)
@@ -344,8 +354,7 @@ class RolloutEngine:
                 raise ValueError(f"task {tr.task.id!r}: the branch's prefix ends the episode; a branch starts "
                                  "where the episode went on")
             messages, n_new = conversation_step(env, messages, text, obs, info)
-            stopped = bool(ids) and ids[-1] in self.codec.stop_ids
-            self.codec.continue_after_action(tr.transcript, messages, n_new, tools, stopped)
+            self.codec.continue_after_action(tr.transcript, messages, n_new, tools, self.codec.closes_turn(ids))
         if tuple(tr.transcript.ids) != branch.ids:
             raise ValueError(f"task {tr.task.id!r}: replaying the branch's {len(branch.actions)} actions gave other "
                              "tokens than the episode it was taken from (another environment, env options or "

@@ -87,8 +87,9 @@ class ChatCodec:
                               stopped: bool) -> None:
         """Append the ids of the ``n_new`` messages that follow the assistant message ``messages[-n_new - 1]``.
 
-        ``stopped``: whether the generated action ended with a stop token; if not (length
-        limit), the end-of-turn token is added as context so the conversation stays well formed.
+        ``stopped``: whether the generated action ended with the template's end-of-turn token
+        (``closes_turn``); if not (the length limit, or another stop id such as a base model's
+        ``<|endoftext|>``), that token is added as context so the conversation stays well formed.
         """
         assert messages[-n_new - 1]["role"] == "assistant", "the message before the new ones must be the action"
         with_action = self.render(messages[: len(messages) - n_new], tools, False)
@@ -105,6 +106,10 @@ class ChatCodec:
         delta = (tail if stopped else self.stop_text + tail) + full[len(with_action):]
         tr.add_context(self.encode(delta))
         tr.text = full
+
+    def closes_turn(self, ids: Sequence[int]) -> bool:
+        """Whether generated ``ids`` end with the end-of-turn token the template writes after an action."""
+        return bool(ids) and ids[-1] == self.eos_id
 
     def action_text(self, ids: Sequence[int]) -> str:
         """The text the environment receives for generated ``ids`` (stop token and specials removed)."""
