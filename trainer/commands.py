@@ -97,6 +97,7 @@ def changes_the_weights(key: str, before: Any, after: Any) -> bool:
         return "typed" in (before.data.slot_ids, after.data.slot_ids)
     return False
 
+
 # sft fields that still matter once the warm start is done: PPO-ptx (grpo.sft_weight > 0) imitates these demonstrations
 PTX_DEMO_FIELDS = ("sft.data", "sft.demos", "sft.data_seed", "sft.recovery", "sft.max_depth")
 
@@ -333,7 +334,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
                              "(the structured view is for stable-baselines3 agents)")
         sets = {split: spread(load_tasks(split, cfg.data), n) for split in splits}
         if args.run_dir and not saved and args.model is None:
-            what = "does not exist" if not Path(args.run_dir).exists() else "holds no trained policy (sft_policy/ or checkpoints/)"
+            what = ("does not exist" if not Path(args.run_dir).exists()
+                    else "holds no trained policy (sft_policy/ or checkpoints/)")
             raise ValueError(f"--run-dir {args.run_dir} {what}; check the path, or give --policy DIR or --model NAME")
         if saved:
             policy = load_policy(saved, cfg.policy.local_files_only, cfg.policy.dtype)

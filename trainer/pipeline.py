@@ -56,8 +56,8 @@ def launched_processes() -> int:
 
 
 def check_lone_launch() -> str | None:
-    """``accelerate launch --num_processes N`` without ``--multi_gpu`` on a machine without GPUs starts a
-    single process and says nothing. Detected from the launcher's command line (Linux ``/proc``): a
+    """``accelerate launch --num_processes N`` without ``--multi_gpu`` (or with ``--cpu``) starts a single
+    process and says nothing. Detected from the launcher's command line (Linux ``/proc``): a
     warning, since the run is correct, only not parallel. Returns the message (None: nothing to say)."""
     if launched_processes() > 1 or "ACCELERATE_MIXED_PRECISION" not in os.environ:
         return None  # a multi-process launch, or not launched by accelerate
@@ -385,5 +385,6 @@ def run_training(cfg: TrainConfig, *, resume: bool = False, inputs: RunInputs | 
         f"job {summary['job_seconds_this_run']:.0f}s; curve {run_dir / 'training_curve.png'}")
     if loop.stopped_by_time:
         log(f"note: GRPO stopped at step {loop.steps_done} of {cfg.steps}: time_limit_min={cfg.time_limit_min:g} "
-            f"(minutes of GRPO this run) ran out; `--resume steps={cfg.steps}` continues it, time_limit_min=0 lifts the limit")
+            f"(minutes of GRPO this run) ran out; `--resume steps={cfg.steps}` continues it, time_limit_min=0 "
+            "lifts the limit")
     return summary
