@@ -27,6 +27,12 @@ follows (say that a tool is missing, then call it once enabled) when the batch i
 Compare per turn type with ``compare_policies.py --stratum``.
 
     python benchmarks/grpo_probe.py runs/default/sft_policy /tmp/tool --steps 80 --strata missing_tool,multi_turn grpo.lr=1e-4
+
+``--lowrank R`` trains only rank-R updates of the decoder's linear layers (LoRA-style, through
+``torch.nn.utils.parametrize``; checkpoints hold the merged weights): whether an update of low capacity
+learns such a rule while forgetting less of the other kinds.
+
+    python benchmarks/grpo_probe.py runs/default/sft_policy /tmp/lr4 --steps 80 --lowrank 4 --strata missing_tool,multi_turn grpo.lr=1e-3
 """
 
 from __future__ import annotations
@@ -97,6 +103,48 @@ def fresh_tasks(n: int, seed: int, strata: Sequence[str] = (), share: float = 1.
 PROBE_OUTPUTS = frozenset({"probe.json", "checkpoints", "metrics.jsonl", "tensorboard"})
 
 
+class LowRankDelta(torch.nn.Module):
+    """A weight's low-rank update, W = W0 + (2 B A): A random, B zero, so the policy starts unchanged
+    (LoRA's scaling alpha / r with alpha = 2 r)."""
+
+    def __init__(self, out_features: int, in_features: int, rank: int, generator: torch.Generator) -> None:
+        super().__init__()
+        self.A = torch.nn.Parameter(torch.randn(rank, in_features, generator=generator) / in_features ** 0.5)
+        self.B = torch.nn.Parameter(torch.zeros(out_features, rank))
+
+    def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        return weight + 2.0 * self.B @ self.A
+
+
+def _merged_weight(module: torch.nn.Module, state: dict, prefix: str, _metadata: Any) -> None:
+    """State-dict hook: a parametrized linear layer saves its merged weight under its plain name, so that
+    checkpoints are ordinary policies any tool (``rods evaluate``, ``from_pretrained``) loads."""
+    for key in [k for k in state if k.startswith(prefix + "parametrizations.")]:
+        del state[key]
+    state[prefix + "weight"] = module.weight.detach()
+
+
+def add_low_rank_updates(model: torch.nn.Module, rank: int, seed: int = 0) -> int:
+    """Freeze ``model`` and give every linear layer of its decoder layers a trainable rank-``rank`` update
+    (``torch.nn.utils.parametrize``); embeddings, norms and the tied output layer stay fixed. GRPO then
+    trains only the updates (it optimizes the parameters that require a gradient). Returns their count."""
+    from torch.nn.utils import parametrize
+
+    if rank < 1:
+        raise ValueError(f"--lowrank must be >= 1 (the rank of each layer's update), got {rank}")
+    model.requires_grad_(False)
+    generator = torch.Generator().manual_seed(seed)
+    count = 0
+    for layer in model.model.layers:
+        for module in [m for m in layer.modules() if isinstance(m, torch.nn.Linear)]:
+            delta = LowRankDelta(*module.weight.shape, rank, generator)
+            parametrize.register_parametrization(module, "weight", delta)
+            module.parametrizations.weight.original.requires_grad_(False)
+            module._register_state_dict_hook(_merged_weight)
+            count += sum(p.numel() for p in delta.parameters())
+    return count
+
+
 def clear_output(out: Path, policy_dir: Path) -> None:
     """Make ``out`` an empty directory, refusing to delete anything the probe did not write: the policy
     (or a directory holding it, such as its run directory) and any directory holding other files than
@@ -114,10 +162,11 @@ def clear_output(out: Path, policy_dir: Path) -> None:
 
 def probe(policy_dir: str | Path, out: str | Path, *, steps: int, data_seed: int = 777, config: str = "default",
           overrides: Sequence[str] = (), eval_tasks: int = 400, threads: int = 1, fit: int = 0,
-          strata: Sequence[str] = (), strata_share: float = 1.0) -> dict[str, Any]:
+          strata: Sequence[str] = (), strata_share: float = 1.0, lowrank: int = 0) -> dict[str, Any]:
     """GRPO from ``policy_dir`` for ``steps`` steps on fresh tasks (``strata``/``strata_share``: see
     ``fresh_tasks``), or, with ``fit``, on that many train tasks it fails, all in every step; the run's
-    quarters and test figures."""
+    quarters and test figures. ``lowrank`` > 0: only low-rank updates of that rank train
+    (``add_low_rank_updates``)."""
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     if fit < 0:
@@ -127,6 +176,8 @@ def probe(policy_dir: str | Path, out: str | Path, *, steps: int, data_seed: int
         raise ValueError(f"--strata: unknown turn type(s) {unknown}; choose from {', '.join(STRATA)}")
     if strata and not 0.0 < strata_share <= 1.0:
         raise ValueError(f"--strata-share must be in (0, 1], got {strata_share}")
+    if lowrank < 0:
+        raise ValueError(f"--lowrank must be >= 0 (0: every parameter trains), got {lowrank}")
     if strata and fit:
         raise ValueError("--strata picks fresh tasks; --fit trains on failed train tasks: give one of them")
     if fit:
@@ -143,6 +194,11 @@ def probe(policy_dir: str | Path, out: str | Path, *, steps: int, data_seed: int
         raise ValueError(f"--eval-tasks must be >= 1 (test tasks, spread over depths), got {eval_tasks}")
     torch.set_num_threads(threads)
     policy = load_policy(policy_dir, dtype=cfg.policy.dtype)  # before OUT is touched: a bad path loses nothing
+    if lowrank:
+        if cfg.grpo.beta > 0:
+            raise ValueError("--lowrank with grpo.beta > 0: the KL reference is saved from the parametrized policy; "
+                             "run the low-rank probe without the KL term")
+        add_low_rank_updates(policy.model, lowrank, seed=cfg.seed)
     clear_output(out, Path(policy_dir))
     engine = RolloutEngine(policy, cfg.data.env_id, eval_settings(cfg), env_kwargs(cfg))
     if fit:
@@ -160,6 +216,7 @@ def probe(policy_dir: str | Path, out: str | Path, *, steps: int, data_seed: int
     report = {"policy": str(policy_dir), "overrides": list(overrides), "steps": result.steps_done,
               "tasks_per_step": cfg.rollout.tasks_per_step, "group_size": cfg.rollout.group_size,
               "data_seed": data_seed, "strata": list(strata), "strata_share": strata_share if strata else None,
+              "lowrank": lowrank,
               "grpo_seconds": seconds, "quarters": quarters(result.history), "test": figures}
     if fit:
         fitted, _ = engine.run(tasks, 1, greedy=True, seed=0)
@@ -183,12 +240,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                     + ", ".join(STRATA) + ")")
     ap.add_argument("--strata-share", type=float, default=1.0,
                     help="with --strata: the share of training tasks of those types (the rest drawn like the seeds)")
+    ap.add_argument("--lowrank", type=int, default=0, metavar="R",
+                    help="train only rank-R updates of the decoder's linear layers (LoRA-style; 0: every parameter)")
     ap.add_argument("overrides", nargs="*", help="config overrides, key=value (e.g. grpo.lr=3e-4)")
     args = ap.parse_intermixed_args(argv)  # overrides may follow the options
     try:
         report = probe(args.policy, args.out, steps=args.steps, data_seed=args.data_seed, config=args.config,
                        overrides=args.overrides, eval_tasks=args.eval_tasks, threads=args.threads, fit=args.fit,
-                       strata=[x for x in args.strata.split(",") if x], strata_share=args.strata_share)
+                       strata=[x for x in args.strata.split(",") if x], strata_share=args.strata_share,
+                       lowrank=args.lowrank)
     except ValueError as exc:
         ap.error(str(exc))
     for q in report["quarters"]:
