@@ -373,11 +373,14 @@ def test_paths_splits_and_envs_that_do_not_exist_are_named(tmp_path: Path, monke
     assert "rods evaluate: warning: the policy's tokenizer" in capsys.readouterr().err
     assert main(["evaluate", "--policy", pol, "--tasks", "1", "rollout.max_turns=1", "rollout.max_action_tokens=2"]) == 0
     assert "does not know" not in capsys.readouterr().err  # its own view
-    # eval.samples: the job's sampled episodes beside the greedy one, as the job's own evaluation reports them
+    # --samples: sampled episodes beside the greedy one, as the job's own evaluation reports them (default: none)
     assert main(["evaluate", "--policy", pol, "--tasks", "2", "--splits", "dev", "rollout.max_turns=1",
-                 "rollout.max_action_tokens=2", "eval.samples=3", "--json"]) == 0
+                 "rollout.max_action_tokens=2", "--samples", "3", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)["dev"]
     assert result["episodes"] == 2 and result["sampled"]["samples"] == 3 and result["sampled"]["episodes"] == 6
+    assert main(["evaluate", "--policy", pol, "--tasks", "2", "--splits", "dev", "rollout.max_turns=1",
+                 "rollout.max_action_tokens=2", "--json"]) == 0
+    assert "sampled" not in json.loads(capsys.readouterr().out)["dev"]
     with pytest.raises(FileNotFoundError, match="neither a split name .*train, dev, test, ood"):
         gym.make("rods/ToolChain-v0", task_set="validation")
     with pytest.raises(ValueError, match="not a rods_gym tool-use environment"):

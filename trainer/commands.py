@@ -140,13 +140,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_sft)
 
     p = sub.add_parser("evaluate", help="greedy success/progress of a policy on task splits, per depth and turn "
-                       "type (and eval.samples sampled episodes per task)")
+                       "type (and --samples sampled episodes per task)")
     _add_config_args(p, run_dir_help="a run to evaluate: its latest policy and its saved config (nothing is written)",
                      example="data.env_id=rods/ToolChain-Compact-v0 rollout.max_turns=16")
     p.add_argument("--policy", default=None, help="saved policy directory (default: the latest policy of --run-dir, "
                    "else --model / the config's policy)")
     p.add_argument("--splits", default=None, help="comma-separated splits or JSONL paths (default: eval.splits)")
     p.add_argument("--tasks", type=int, default=None, help="tasks per split (default: eval.tasks)")
+    p.add_argument("--samples", type=int, default=0, help="also N episodes per task sampled at rollout.temperature, "
+                   "as the job's evaluation reports them (default 0: greedy only)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.set_defaults(func=run_evaluate)
 
@@ -328,6 +330,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
     def prepare() -> tuple[Any, dict[str, list]]:
         if n < 1:
             raise ValueError(f"--tasks must be >= 1 (tasks per split), got {n}")
+        if args.samples < 0:
+            raise ValueError(f"--samples must be >= 0 (sampled episodes per task), got {args.samples}")
         mode = env_mode(cfg.data.env_id)
         if mode not in MODES:
             raise ValueError(f"data.env_id {cfg.data.env_id!r} uses the {mode!r} view; LLM policies need one of {MODES} "
@@ -358,10 +362,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
         print("note: no --policy given (and no trained policy in --run-dir), so this evaluates a freshly initialised "
               "tiny model; pass --policy RUN_DIR/sft_policy or --run-dir RUN_DIR to evaluate a trained one",
               file=sys.stderr)
-    # the job's own evaluation: greedy, plus eval.samples episodes per task sampled at rollout.temperature
+    # the job's own evaluation: greedy, plus --samples episodes per task sampled at rollout.temperature
     engine = RolloutEngine(policy, cfg.data.env_id, eval_settings(cfg), env_kwargs(cfg))
     with torch_threads(cfg.eval.threads):
-        results = evaluate_sets(engine, sets, accelerator, cfg.eval.batch_episodes, policy.model, cfg.eval.samples,
+        results = evaluate_sets(engine, sets, accelerator, cfg.eval.batch_episodes, policy.model, args.samples,
                                 cfg.seed)
     if not accelerator.is_main_process:  # under accelerate launch the processes share the tasks; one reports
         return 0
