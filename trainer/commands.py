@@ -67,9 +67,9 @@ def load_from_args(args: argparse.Namespace, *, run_config: bool = False) -> Any
     diff = _diff(before.to_dict(), cfg.to_dict())
     changed = [f"{k}: {a!r} -> {b!r}" for k, (a, b) in diff.items()]
     print(f"resume: the run's saved config ({saved})" + (", with " + "; ".join(changed) if changed else ""))
-    fixed = [k for k in diff if changes_the_weights(k, before, cfg)]
+    fixed = [f"{k}: {a!r} -> {b!r}" for k, (a, b) in diff.items() if changes_the_weights(k, before, cfg)]
     if fixed and any((Path(cfg.run_dir) / name).exists() for name in RESUMABLE):
-        raise ValueError(f"--resume: {', '.join(changed[i] for i, k in enumerate(diff) if k in fixed)} would change "
+        raise ValueError(f"--resume: {', '.join(fixed)} would change "
                          "what the run's saved weights are (the model, its tokenizer or the view they were trained "
                          "on); start a new run in another --run-dir, or evaluate the run's policy with rods evaluate")
     late = [k for k in diff if k.startswith("sft.") and not (cfg.grpo.sft_weight > 0 and k in PTX_DEMO_FIELDS)]
@@ -307,10 +307,11 @@ def run_policy(run_dir: str | Path) -> Path | None:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    from .loop import env_kwargs, eval_settings
-    from .pipeline import apply_threads, check_action_tokens, check_prompts_fit, check_view_vocabulary, env_mode
+    from .loop import env_kwargs, eval_settings, evaluate_sets
+    from .pipeline import (apply_threads, check_action_tokens, check_prompts_fit, check_view_vocabulary, env_mode,
+                           make_accelerator)
     from .policy import load_policy, make_policy
-    from .rollout import MODES
+    from .rollout import MODES, RolloutEngine
     from .tasks import load_tasks, spread
     from .threads import torch_threads
 
@@ -352,10 +353,6 @@ def run_evaluate(args: argparse.Namespace) -> int:
         return policy, sets
 
     policy, sets = _or_exit("evaluate", prepare)
-    from .loop import evaluate_sets
-    from .pipeline import make_accelerator
-    from .rollout import RolloutEngine
-
     accelerator = make_accelerator()
     policy.model.to(accelerator.device)  # a GPU's when there is one
     if not saved and cfg.policy.model == "tiny":

@@ -473,15 +473,18 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] | Mappi
     try:
         return from_dict(TrainConfig, data)
     except ValueError as exc:
-        if path is not None and extra:  # say whether the mistake is the file's or the overrides'
-            try:
-                from_dict(TrainConfig, read_config_file(path))
-            except ValueError as own:
-                if str(own) == str(exc):
-                    raise ValueError(f"{exc} (in the config file {resolve_config_path(path)} or its base)") from None
-        elif path is not None:
+        if path is not None and (not extra or _file_alone_fails_alike(path, exc)):
             raise ValueError(f"{exc} (in the config file {resolve_config_path(path)} or its base)") from None
         raise
+
+
+def _file_alone_fails_alike(path: str | Path, exc: ValueError) -> bool:
+    """Whether the config file without the overrides fails with the same error: the mistake is the file's."""
+    try:
+        from_dict(TrainConfig, read_config_file(path))
+    except ValueError as own:
+        return str(own) == str(exc)
+    return False
 
 
 def save_config(cfg: TrainConfig, path: str | Path) -> None:

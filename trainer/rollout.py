@@ -217,18 +217,20 @@ class RolloutEngine:
         return self.envs[i]
 
 
-    def prompt_length(self, task: TaskSpec, env_options: Mapping[str, Any] | None = None) -> int:
+    def prompt_length(self, task: TaskSpec) -> int:
         """Tokens of ``task``'s first prompt (reset with seed 0), as an episode starts from it."""
         env = self._env(0)
-        obs, _ = env.reset(seed=0, options={"task": task, **dict(env_options or {})})
+        obs, _ = env.reset(seed=0, options={"task": task})
         return len(self.codec.start(*conversation_start(env, obs)))
 
     def _warn_long_prompts(self, trajs: Sequence[Trajectory]) -> None:
         """An episode whose first prompt leaves no room for an action ends untouched, counted as truncated:
         said once per engine (a setup check, ``pipeline.check_prompts_fit``, refuses task sets where none fit)."""
+        if self._warned_long_prompts:
+            return
         s = self.settings
         over = [tr for tr in trajs if len(tr.transcript) + s.max_action_tokens > s.max_context]
-        if not over or self._warned_long_prompts:
+        if not over:
             return
         self._warned_long_prompts = True
         longest = max(len(tr.transcript) for tr in over)
