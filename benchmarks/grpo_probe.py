@@ -52,8 +52,8 @@ from accelerate import Accelerator
 from rods_gym.envs.build_tasksets import STRATA, demonstration_tasks
 from rods_gym.task import TaskSpec
 from rods_gym.trainer.config import load_config
-from rods_gym.trainer.evaluation import figures_line
-from rods_gym.trainer.loop import env_kwargs, eval_settings, evaluate_sets, grpo_train
+from rods_gym.trainer.evaluation import evaluate_sets, figures_line
+from rods_gym.trainer.loop import env_kwargs, eval_settings, grpo_train
 from rods_gym.trainer.policy import load_policy
 from rods_gym.trainer.rollout import RolloutEngine
 from rods_gym.trainer.task_source import FixedSeeds

@@ -794,3 +794,37 @@ def test_greedy_branches_retry_the_first_miss(task_file: Path, warm_policy: Path
     assert all(torch.equal(a, b) for a, b in zip(runs[0].model.parameters(), runs[1].model.parameters()))
     assert {k: v for k, v in rec[1].items() if k not in TIMING_METRICS} == \
         {k: v for k, v in rec[2].items() if k not in TIMING_METRICS}
+
+
+def test_rods_sft_reports_the_jobs_evaluation_and_train_resume_reuses_it(tmp_path: Path, capsys,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """rods sft evaluates its policy as the job does before GRPO (greedy plus eval.samples sampled
+    episodes) and saves it as eval_before.json; rods train --resume reports that instead of replaying it,
+    and plays the warm start again once eval.* names other samples."""
+    from rods_gym.cli import main
+    from rods_gym.trainer import pipeline
+
+    run = tmp_path / "run"
+    tiny = [f"run_dir={run}", "progress_bar=false", "threads=1", "steps=1", "eval.splits=[dev]", "eval.tasks=3",
+            "eval.samples=2", "sft.data=seeds", "sft.demos=8", "sft.steps=2", "sft.batch_size=4", "sft.threads=1",
+            "eval.threads=1", "policy.hidden_size=32", "policy.intermediate_size=64", "policy.num_layers=1",
+            "policy.num_heads=2", "rollout.tasks_per_step=2", "rollout.group_size=2", "rollout.max_turns=3",
+            "rollout.max_action_tokens=8"]
+    assert main(["sft", "--run-dir", str(run), *tiny]) == 0
+    out = capsys.readouterr().out
+    saved = json.loads((run / "eval_before.json").read_text())
+    dev = saved["dev"]
+    assert dev["episodes"] == 3 and dev["sampled"]["samples"] == 2 and dev["sampled"]["episodes"] == 6
+    assert f"held-out dev: success {dev['success']:.3f} progress {dev['progress']:.3f}; sampled x2:" in out, out
+
+    calls = []
+    real = pipeline.evaluate_sets
+    monkeypatch.setattr(pipeline, "evaluate_sets", lambda *a, **k: calls.append(a[5:]) or real(*a, **k))
+    assert main(["train", "--run-dir", str(run), "--resume"]) == 0
+    assert len(calls) == 1  # only the evaluation after GRPO
+    assert json.loads((run / "eval_before.json").read_text()) == saved
+    assert read_jsonl(run / "metrics.jsonl")[0]["success"] == pytest.approx(dev["success"])
+
+    calls.clear()
+    assert main(["train", "--run-dir", str(run), "--resume", "eval.samples=0", "steps=2"]) == 0
+    assert len(calls) == 2  # the saved evaluation had other samples: the warm start is played again

@@ -269,10 +269,11 @@ def _resumable(command: str, run_dir: str) -> Iterator[None]:
 
 
 def run_sft(args: argparse.Namespace) -> int:
-    from .pipeline import apply_threads, make_accelerator, prepare_inputs, warm_start
     from .config import save_config
-    from .evaluation import evaluate
+    from .evaluation import evaluate_sets, figures_line
     from .loop import env_kwargs, eval_settings
+    from .pipeline import _print, apply_threads, make_accelerator, prepare_inputs, warm_start
+    from .rollout import RolloutEngine
     from .threads import torch_threads
 
     cfg = _config_or_exit(args, "sft")
@@ -283,16 +284,21 @@ def run_sft(args: argparse.Namespace) -> int:
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, run_dir / "config.yaml")
-    from .pipeline import _print
 
     with _resumable("sft", cfg.run_dir):
         warm_start(cfg, policy, inputs.seeds, accelerator, run_dir, args.resume, lambda *a: _print(accelerator, *a))
+        # the job's own held-out evaluation (greedy, plus eval.samples sampled episodes per task), split
+        # across processes under accelerate launch
+        engine = RolloutEngine(policy, cfg.data.env_id, eval_settings(cfg), env_kwargs(cfg))
+        with torch_threads(cfg.eval.threads):
+            results = evaluate_sets(engine, inputs.eval_sets, accelerator, cfg.eval.batch_episodes, policy.model,
+                                    cfg.eval.samples, cfg.seed)
     if accelerator.is_main_process:
-        for split, tasks in inputs.eval_sets.items():
-            with torch_threads(cfg.eval.threads):
-                res = evaluate(policy, tasks, cfg.data.env_id, settings=eval_settings(cfg),
-                               batch_episodes=cfg.eval.batch_episodes, env_kwargs=env_kwargs(cfg))
-            print(f"held-out {split}: success {res['success']:.3f} progress {res['progress']:.3f} ({len(tasks)} tasks)")
+        # what rods train --resume in this directory reports as "before GRPO" (it reuses the file while
+        # eval.* names the same tasks and samples, instead of playing them again)
+        (run_dir / "eval_before.json").write_text(json.dumps(results, indent=2))
+        for split, res in results.items():
+            print(f"held-out {split}: {figures_line(res)} ({len(inputs.eval_sets[split])} tasks)")
         print(f"saved the policy to {run_dir / 'sft_policy'}")
     return 0
 
@@ -307,7 +313,8 @@ def run_policy(run_dir: str | Path) -> Path | None:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    from .loop import env_kwargs, eval_settings, evaluate_sets
+    from .evaluation import evaluate_sets
+    from .loop import env_kwargs, eval_settings
     from .pipeline import (apply_threads, check_action_tokens, check_prompts_fit, check_view_vocabulary, env_mode,
                            make_accelerator)
     from .policy import load_policy, make_policy

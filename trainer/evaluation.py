@@ -1,15 +1,20 @@
 """Greedy evaluation of a policy on a task list: success, progress, per depth and per turn type.
 
-Reusable by benchmarks: ``evaluate(policy, tasks, env_id)`` runs one greedy episode per task
-through the batched rollout engine and returns plain numbers.
+``evaluate_sets`` is the one evaluation every command reports (greedy, optionally sampled
+episodes, split across processes); ``evaluate(policy, tasks, env_id)`` is its one-process greedy
+form for benchmarks and tests. Both return plain numbers.
 """
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+import torch
+from accelerate import Accelerator
+from accelerate.utils import gather_object
 
 from rods_gym import compute_signature, default_suite
 from rods_gym.task import TaskSpec
@@ -61,15 +66,54 @@ def figures_line(figures: Mapping[str, Any]) -> str:
     return line
 
 
+def strip_tokens(tr: Trajectory) -> Trajectory:
+    """A trajectory without its token stream (for gathering summaries across processes)."""
+    out = copy.copy(tr)
+    out.transcript = type(tr.transcript)()
+    return out
+
+
+def play(engine: RolloutEngine, tasks: Sequence[TaskSpec], repeats: int = 1, *, batch_episodes: int = 256,
+         generator: torch.Generator | None = None, model: Any = None) -> list[Trajectory]:
+    """``repeats`` episodes of each task, ``batch_episodes`` at a time (whole tasks per batch): greedy
+    without a ``generator``, else sampled at the engine's temperature from it. Token streams dropped."""
+    trajs: list[Trajectory] = []
+    per_batch = max(1, batch_episodes // repeats)
+    for start in range(0, len(tasks), per_batch):
+        chunk, _ = engine.run(list(tasks[start:start + per_batch]), repeats, greedy=generator is None, seed=start,
+                              model=model, generator=generator)
+        trajs.extend(strip_tokens(t) for t in chunk)
+    return trajs
+
+
+def evaluate_sets(engine: RolloutEngine, eval_sets: Mapping[str, Sequence[TaskSpec]], accelerator: Accelerator,
+                  batch_episodes: int, model: Any, samples: int = 0, seed: int = 0) -> dict[str, dict[str, Any]]:
+    """Greedy evaluation of every set, split across processes, summarized on all of them. With
+    ``samples`` > 0, also that many episodes per task sampled at the engine's temperature from a
+    generator seeded by ``seed`` and the rank, summarized under the set's ``"sampled"`` key.
+    What ``rods train`` reports before and after GRPO, ``rods sft`` after its warm start, and ``rods evaluate``."""
+    rank, world = accelerator.process_index, accelerator.num_processes
+
+    def summary(mine: list[TaskSpec], repeats: int, generator: torch.Generator | None) -> dict[str, Any]:
+        trajs = play(engine, mine, repeats, batch_episodes=batch_episodes, generator=generator, model=model)
+        return summarize(gather_object(trajs) if world > 1 else trajs)
+
+    out = {}
+    for name, tasks in eval_sets.items():
+        mine = list(tasks)[rank::world]
+        out[name] = summary(mine, 1, None)
+        if samples > 0:
+            generator = torch.Generator(device=engine.policy.device).manual_seed(seed * 1_000_003 + rank)
+            out[name]["sampled"] = {"samples": samples, **summary(mine, samples, generator)}
+    return out
+
+
 def evaluate(policy: Policy, tasks: Sequence[TaskSpec], env_id: str, *, settings: RolloutSettings | None = None,
              batch_episodes: int = 256, env_kwargs: Mapping[str, Any] | None = None,
              engine: RolloutEngine | None = None) -> dict[str, Any]:
-    """One greedy episode per task; returns ``summarize`` of them plus ``tasks``."""
+    """One greedy episode per task in this process (``evaluate_sets`` without processes or sampled
+    episodes); returns ``summarize`` of them."""
     if not tasks:
         raise ValueError("evaluate() needs at least one task")
     engine = engine or RolloutEngine(policy, env_id, settings or RolloutSettings(), env_kwargs)
-    trajs: list[Trajectory] = []
-    for start in range(0, len(tasks), batch_episodes):
-        chunk, _ = engine.run(tasks[start:start + batch_episodes], 1, greedy=True, seed=start)
-        trajs.extend(chunk)
-    return summarize(trajs)
+    return summarize(play(engine, tasks, batch_episodes=batch_episodes))

@@ -36,7 +36,7 @@ from .checkpoint import (check_world_size, finish_checkpoint, latest_checkpoint,
                          refuse_stale_checkpoints, set_global_rng_state, write_rank_rng)
 from .config import RolloutConfig, TrainConfig, env_kwargs
 from .curricula.arms import DynamicSampling
-from .evaluation import summarize
+from .evaluation import evaluate_sets, strip_tokens
 from .grpo import (Batch, LossSettings, action_advantages, discounted_return, grpo_loss, group_advantages, make_batch,
                    state_advantages, token_logprobs, weigh_negatives)
 from .metrics import MetricsLogger
@@ -116,13 +116,6 @@ def action_states(tr: Trajectory) -> list[bytes]:
     return [ids[:start].tobytes() for start, _ in tr.action_spans]
 
 
-def _light(tr: Trajectory) -> Trajectory:
-    """A trajectory without its token stream (for gathering summaries across processes)."""
-    out = copy.copy(tr)
-    out.transcript = type(tr.transcript)()
-    return out
-
-
 @dataclass
 class RolloutRound:
     """One round of a step's rollouts: this process's trajectories and every process's groups."""
@@ -169,8 +162,8 @@ def rollout_round(engine: RolloutEngine, source: TaskSource, tasks: Sequence[Tas
     for tr in trajs:
         tr.task_index = mine[tr.task_index]
         local[tr.task_index].append(tr)
-    light = [_light(tr) for tr in trajs]
-    gathered = gather_object(light) if world > 1 else light
+    light_trajs = [strip_tokens(tr) for tr in trajs]
+    gathered = gather_object(light_trajs) if world > 1 else light_trajs
     by_task: list[list[Trajectory]] = [[] for _ in tasks]
     for tr in gathered:
         by_task[tr.task_index].append(tr)
@@ -241,33 +234,6 @@ def select_groups(source: Any, rounds: Sequence[RolloutRound]) -> list[int]:
     if len(set(kept)) != len(kept):
         raise ValueError(f"task source {source.name!r}: select() returned a group more than once")
     return kept
-
-
-def evaluate_sets(engine: RolloutEngine, eval_sets: Mapping[str, Sequence[TaskSpec]], accelerator: Accelerator,
-                  batch_episodes: int, model: Any, samples: int = 0, seed: int = 0) -> dict[str, dict[str, Any]]:
-    """Greedy evaluation of every set, split across processes, summarized on all of them. With
-    ``samples`` > 0, also that many episodes per task sampled at the engine's temperature from a
-    generator seeded by ``seed`` and the rank, summarized under the set's ``"sampled"`` key."""
-    rank, world = accelerator.process_index, accelerator.num_processes
-
-    def play(mine: list[TaskSpec], repeats: int, generator: torch.Generator | None) -> dict[str, Any]:
-        """``repeats`` episodes of each task (greedy without a generator), batch_episodes at a time, summarized."""
-        trajs: list[Trajectory] = []
-        per_batch = max(1, batch_episodes // repeats)
-        for start in range(0, len(mine), per_batch):
-            chunk, _ = engine.run(mine[start:start + per_batch], repeats, greedy=generator is None, seed=start,
-                                  model=model, generator=generator)
-            trajs.extend(_light(t) for t in chunk)
-        return summarize(gather_object(trajs) if world > 1 else trajs)
-
-    out = {}
-    for name, tasks in eval_sets.items():
-        mine = list(tasks)[rank::world]
-        out[name] = play(mine, 1, None)
-        if samples > 0:
-            generator = torch.Generator(device=engine.policy.device).manual_seed(seed * 1_000_003 + rank)
-            out[name]["sampled"] = {"samples": samples, **play(mine, samples, generator)}
-    return out
 
 
 def reference_logprobs(ref_model: torch.nn.Module, batch: Batch, micro: int, temperature: float) -> torch.Tensor:

@@ -27,8 +27,8 @@ from rods_gym.task import TaskSpec
 
 from .checkpoint import refuse_stale_checkpoints
 from .config import TrainConfig, save_config
-from .evaluation import figures_line
-from .loop import LoopResult, check_source_fits_rollout, env_kwargs, eval_scalars, eval_settings, evaluate_sets, grpo_train
+from .evaluation import evaluate_sets, figures_line
+from .loop import LoopResult, check_source_fits_rollout, env_kwargs, eval_scalars, eval_settings, grpo_train
 from .metrics import MetricsLogger, read_jsonl
 from .plots import plot_training_curve
 from .policy import Policy, load_policy, longest_compact_call, make_policy, save_policy
