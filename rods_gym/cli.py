@@ -60,6 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DomainError as exc:  # a broken domain file (--domains): it names the file, the place and why
         print(f"rods {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback (train and sft say how to resume)
+        print(f"\nrods {args.command}: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # the output was piped into a reader that stopped early (`rods skills | head`)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
         return 141

@@ -98,6 +98,34 @@ def test_play_ends_at_eof_and_reports(monkeypatch, capsys) -> None:
     assert "stopped: return 0.000 | progress 0.00" in out
 
 
+def test_play_stops_cleanly_on_ctrl_c() -> None:
+    """Ctrl-C at the prompt ends the episode like end of input: its summary, no traceback."""
+    from rods_gym.commands.play import play
+
+    typed, shown = iter(["ask"]), []
+
+    def read(prompt: str) -> str:
+        try:
+            return next(typed)
+        except StopIteration:
+            raise KeyboardInterrupt from None
+
+    play(ToolChainEnv(mode="compact", difficulty="easy"), 1, read=read, write=shown.append)
+    out = "\n".join(shown)
+    assert len(REWARD_LINE.findall(out)) == 1 and "stopped: return 0.000" in out
+
+
+def test_a_ctrl_c_in_any_command_is_one_line(monkeypatch, capsys) -> None:
+    from rods_gym.commands import skills
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(skills, "run", interrupted)
+    assert main(["skills"]) == 130
+    assert capsys.readouterr().err.strip() == "rods skills: interrupted"
+
+
 def test_parse_shorthand_types(suite) -> None:
     call = parse_shorthand('transfer_funds from_account_id=ACC-1 to_account_id=ACC-2 amount=12.5', suite, "chat")
     assert call is not None

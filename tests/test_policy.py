@@ -225,3 +225,18 @@ def test_the_end_of_turn_probe_retries_with_a_system_turn_and_gives_up_cleanly()
     assert end_of_turn_id(tokenizer) is None  # the caller keeps the tokenizer's eos
     tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"  # no special token after a turn
     assert end_of_turn_id(tokenizer) is None
+
+
+def test_save_policy_shows_no_progress_bar_and_restores_the_setting(tmp_path, capsys) -> None:
+    """A run saves the policy at every checkpoint; transformers' 'Writing model shards' bar would print each time."""
+    from transformers.utils import logging as hf_logging
+
+    from rods_gym.trainer.config import PolicyConfig
+    from rods_gym.trainer.policy import build_tiny_policy, save_policy
+
+    policy = build_tiny_policy(PolicyConfig(hidden_size=16, intermediate_size=32, num_layers=1, num_heads=2,
+                                            max_positions=64), "compact")
+    hf_logging.enable_progress_bar()
+    save_policy(policy, tmp_path / "p")
+    assert "Writing model shards" not in capsys.readouterr().err
+    assert hf_logging.is_progress_bar_enabled() and (tmp_path / "p" / "config.json").exists()

@@ -103,7 +103,14 @@ def test_the_cli_reports_a_config_mistake_in_one_line(capsys) -> None:
                         (["sft", "--config", "no-such-config"], "neither a file nor a shipped config"),
                         (["evaluate", "sft.steps=x"], "sft.steps: expected int"),
                         (["sft", "--env", "rods/ToolChain-Chat-v0", "sft.recovery=0.3"], "needs the compact view"),
-                        (["train", "sft.recovery=1.5"], "sft.recovery must be a probability")):
+                        (["train", "sft.recovery=1.5"], "sft.recovery must be a probability"),
+                        (["train", "eval.every=-1"], "eval.every must be >= 0"),
+                        (["train", "grpo.adv_eps=-1"], "grpo.adv_eps must be > 0"),
+                        (["train", "grpo.adam_betas=[2,3]"], "grpo.adam_betas must lie in [0, 1)"),
+                        (["train", "policy.num_heads=3"], "policy.hidden_size=128 must be a multiple of policy.num_heads=3"),
+                        (["train", "seed=-1"], "config seed and sft.data_seed must be >= 0"),
+                        (["sft", "sft.data_seed=-1"], "config seed and sft.data_seed must be >= 0"),
+                        (["train", "eval.splits=[]"], "eval.splits=[]: name at least one split")):
         with pytest.raises(SystemExit) as exit_info:
             main(argv)
         err = capsys.readouterr().err
@@ -125,7 +132,9 @@ def test_what_a_run_reads_is_checked_before_any_work_in_one_line(tmp_path: Path,
                         (["train", "--config", str(tmp_path / "broken.yaml")], "line 2, column 1: not valid YAML"),
                         (["sft", "--env", "gibberish"], "data.env_id 'gibberish'"),
                         (["evaluate", "--splits", "nosuch", "--tasks", "2"], "task set 'nosuch'"),
-                        (["evaluate", "--tasks", "0"], "--tasks must be >= 1")):
+                        (["evaluate", "--tasks", "0"], "--tasks must be >= 1"),
+                        (["evaluate", "--splits", "test,,dev", "--tasks", "2"], "--splits 'test,,dev': an empty name"),
+                        (["train", "eval.splits=[.]"], "task set '.' is neither a split name")):
         with pytest.raises(SystemExit) as exit_info:
             main([*argv, "--run-dir", str(run)])
         err = capsys.readouterr().err
@@ -437,3 +446,15 @@ def test_ctrl_c_says_how_to_resume_instead_of_a_traceback(capsys) -> None:
     assert exit_info.value.code == 130
     assert capsys.readouterr().err.strip() == ("rods train: interrupted; runs/x keeps its last checkpoints: continue "
                                                "with rods train --run-dir runs/x --resume")
+
+
+def test_a_difficulty_in_the_env_id_is_said_to_have_no_effect(tmp_path: Path) -> None:
+    """The trainer plays task-set tasks only, so an env id's difficulty preset changes nothing: it warns."""
+    from rods_gym.trainer.pipeline import check_env_difficulty
+
+    easy = load_config("default", ["data.env_id=rods/ToolChain-Easy-Compact-v0"])
+    with pytest.warns(UserWarning, match="names the easy difficulty, which has no effect here"):
+        message = check_env_difficulty(easy)
+    assert "train, eval on test" in message
+    assert check_env_difficulty(load_config("default", [])) is None
+    assert check_env_difficulty(load_config("chat_tiny", [])) is None  # a shipped config names none

@@ -80,6 +80,39 @@ def test_rods_synth_cli(tmp_path: Path, suite: Suite, seeds: list[TaskSpec],
     assert "neither a split" in capsys.readouterr().err
 
 
+def test_an_interrupted_rods_synth_leaves_no_partial_set(tmp_path: Path, seeds: list[TaskSpec], capsys,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C part-way: one line, exit 130, and no file an offline run would read as the whole set
+    (an earlier complete file at the same path is kept)."""
+    from rods_gym.commands import synth as synth_command
+
+    seed_path, out = tmp_path / "seeds.jsonl", tmp_path / "set.jsonl"
+    write_jsonl(seeds, seed_path)
+    out.write_text("earlier\n")
+    real = synth_command.iter_synthesize
+
+    def interrupted(*args, **kwargs):
+        for i, task in enumerate(real(*args, **kwargs)):
+            if i == 5:
+                raise KeyboardInterrupt
+            yield task
+
+    monkeypatch.setattr(synth_command, "iter_synthesize", interrupted)
+    argv = ["synth", "--seeds", str(seed_path), "--n", "50", "--out", str(out), "--decontaminate", "none",
+            "--no-progress"]
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    assert "interrupted after 5 of 50 tasks; nothing written to" in err and "Traceback" not in err
+    assert out.read_text() == "earlier\n" and sorted(p.name for p in tmp_path.iterdir()) == ["seeds.jsonl", "set.jsonl"]
+    monkeypatch.setattr(synth_command, "iter_synthesize", real)
+    assert main(argv) == 0 and len(read_jsonl(out)) == 50
+
+
+def test_rods_graph_refuses_a_negative_sample_count(capsys) -> None:
+    assert main(["graph", "--samples", "-1"]) == 2
+    assert "--samples must be >= 0, got -1" in capsys.readouterr().err
+
+
 def test_naive_synthesis_matches_the_interface(suite: Suite, seeds: list[TaskSpec]) -> None:
     tasks = synthesize(seeds, 30, NaiveResampler(suite), seed=0)
     assert len(tasks) == 30 and len({content_key(t) for t in tasks}) == 30

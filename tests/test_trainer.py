@@ -281,7 +281,7 @@ def test_pipeline_runs_the_chat_view_end_to_end(tmp_path: Path, monkeypatch: pyt
     assert after_line["success"] == summary["after"]["dev"]["success"]
     assert after_line["sampled_progress"] == summary["after"]["dev"]["sampled"]["progress"]
     saved = json.loads((tmp_path / "chat" / "summary.json").read_text())
-    assert saved["policy"] == "tiny-chat" and saved["env_id"] == "rods/ToolChain-Easy-Chat-v0"
+    assert saved["policy"] == "tiny-chat" and saved["env_id"] == "rods/ToolChain-Chat-v0"
     # resumed with a time limit already spent: no step runs, and the job says why it stopped short
     capsys.readouterr()
     cut = run_training(load_config(cfg.run_dir + "/config.yaml", ["steps=5", "time_limit_min=1e-9", "threads=1"]),

@@ -315,8 +315,8 @@ def run_policy(run_dir: str | Path) -> Path | None:
 def run_evaluate(args: argparse.Namespace) -> int:
     from .evaluation import evaluate_sets
     from .loop import env_kwargs, eval_settings
-    from .pipeline import (apply_threads, check_action_tokens, check_prompts_fit, check_view_vocabulary, env_mode,
-                           make_accelerator)
+    from .pipeline import (apply_threads, check_action_tokens, check_env_difficulty, check_prompts_fit,
+                           check_view_vocabulary, env_mode, make_accelerator)
     from .policy import load_policy, make_policy
     from .rollout import MODES, RolloutEngine
     from .tasks import load_tasks, spread
@@ -327,7 +327,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     cfg = _config_or_exit(args, "evaluate")
     apply_threads(cfg)
     n = args.tasks if args.tasks is not None else cfg.eval.tasks
-    splits = args.splits.split(",") if args.splits else list(cfg.eval.splits)
+    splits = [s.strip() for s in args.splits.split(",")] if args.splits else list(cfg.eval.splits)
     saved = args.policy or (run_policy(args.run_dir) if args.run_dir else None)
     if saved and not args.policy:
         print(f"evaluating {saved} (the run's latest policy)", file=sys.stderr)
@@ -338,6 +338,9 @@ def run_evaluate(args: argparse.Namespace) -> int:
     def prepare() -> tuple[Any, dict[str, list]]:
         if n < 1:
             raise ValueError(f"--tasks must be >= 1 (tasks per split), got {n}")
+        if not all(splits):
+            raise ValueError(f"--splits {args.splits!r}: an empty name; give split names (train, dev, test, ood) "
+                             "or JSONL files, separated by commas")
         if args.samples < 0:
             raise ValueError(f"--samples must be >= 0 (sampled episodes per task), got {args.samples}")
         mode = env_mode(cfg.data.env_id)
@@ -353,7 +356,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
             policy = load_policy(saved, cfg.policy.local_files_only, cfg.policy.dtype)
         else:
             policy = make_policy(cfg.policy, mode, slot_ids=cfg.data.slot_ids)
-        check_action_tokens(cfg, policy, mode)  # warnings
+        check_env_difficulty(cfg)  # warnings
+        check_action_tokens(cfg, policy, mode)
         if saved or cfg.policy.model != "tiny":
             check_view_vocabulary(cfg, policy)
         check_prompts_fit(cfg, policy, sets)

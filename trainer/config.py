@@ -47,6 +47,8 @@ class DataConfig:
     """Environments and task sets. Splits are names (train/dev/test/ood) or JSONL paths; when a
     named split is not built yet, ``fallback_difficulty`` sampler tasks stand in (seeded, disjoint)."""
 
+    # the environment's view (chat or compact) and its limits; every episode plays a task from a task set,
+    # so a difficulty in the id (rods/ToolChain-Easy-Compact-v0) changes nothing and is warned about
     env_id: str = "rods/ToolChain-Compact-v0"
     source: str = "fixed"  # a name from rods_gym.trainer.sources.available_sources()
     source_options: Mapping[str, Any] = field(default_factory=dict)
@@ -318,6 +320,24 @@ def check_config(cfg: TrainConfig) -> None:
     if cfg.rollout.branch_size < 0 or cfg.rollout.branch_size == 1:
         raise ValueError(f"config rollout.branch_size must be 0 (off) or >= 2 (a branch group's advantages compare "
                          f"its episodes), got {cfg.rollout.branch_size}")
+    if cfg.seed < 0 or cfg.sft.data_seed < 0:
+        raise ValueError(f"config seed and sft.data_seed must be >= 0 (they seed numpy generators), got "
+                         f"{cfg.seed} and {cfg.sft.data_seed}")
+    if cfg.eval.every < 0:
+        raise ValueError(f"config eval.every must be >= 0 (GRPO steps between evaluations; 0: only before and "
+                         f"after), got {cfg.eval.every}")
+    if not cfg.eval.splits or any(not str(s).strip() for s in cfg.eval.splits):
+        raise ValueError(f"config eval.splits={list(cfg.eval.splits)!r}: name at least one split (train, dev, test, "
+                         "ood) or JSONL file, and no empty ones: the job reports test success before and after GRPO")
+    if not cfg.grpo.adv_eps > 0:
+        raise ValueError(f"config grpo.adv_eps must be > 0 (it keeps a group's std away from 0; a negative one "
+                         f"can flip an advantage's sign), got {cfg.grpo.adv_eps}")
+    if not all(0.0 <= b < 1.0 for b in cfg.grpo.adam_betas) or not cfg.grpo.adam_eps > 0:
+        raise ValueError(f"config grpo.adam_betas must lie in [0, 1) and grpo.adam_eps be > 0, got "
+                         f"{list(cfg.grpo.adam_betas)} and {cfg.grpo.adam_eps}")
+    if cfg.policy.model == "tiny" and cfg.policy.hidden_size % cfg.policy.num_heads:
+        raise ValueError(f"config policy.hidden_size={cfg.policy.hidden_size} must be a multiple of "
+                         f"policy.num_heads={cfg.policy.num_heads} (each head gets an equal share of it)")
     if cfg.rollout.turn_slack is not None and cfg.rollout.turn_slack < 0:
         raise ValueError(f"config rollout.turn_slack must be >= 0 or null (no oracle-based budget), got "
                          f"{cfg.rollout.turn_slack}")

@@ -23,6 +23,7 @@ import torch
 from accelerate import Accelerator
 
 import rods_gym  # noqa: F401  (registers the environments)
+from rods_gym.registration import DIFFICULTY_NAMES
 from rods_gym.task import TaskSpec
 
 from .checkpoint import refuse_stale_checkpoints
@@ -245,11 +246,28 @@ def prepare_inputs(cfg: TrainConfig, *, check_source: bool = True) -> RunInputs:
     if source is not None:
         check_source_fits_rollout(source, cfg.rollout)
     policy = make_policy(cfg.policy, mode, slot_ids=cfg.data.slot_ids)
+    check_env_difficulty(cfg)
     check_action_tokens(cfg, policy, mode)
     if cfg.policy.model != "tiny":  # the embedded policy is built for this view
         check_view_vocabulary(cfg, policy)
     check_prompts_fit(cfg, policy, {"train": seeds, **eval_sets})
     return RunInputs(mode, seeds, eval_sets, policy, source)
+
+
+def check_env_difficulty(cfg: TrainConfig) -> str | None:
+    """A warning (also returned) when ``data.env_id`` names a difficulty (``rods/ToolChain-Easy-Compact-v0``):
+    a difficulty preset only shapes the tasks an environment samples for itself, and the trainer always
+    hands it a task from a task set (``data.train_split``, ``eval.splits``, the source's), so only the
+    id's view counts. Choose tasks by split or JSONL file instead."""
+    named = [name for name in DIFFICULTY_NAMES if f"-{name}-" in cfg.data.env_id]
+    if not named:
+        return None
+    message = (f"data.env_id {cfg.data.env_id!r} names the {named[0].lower()} difficulty, which has no effect here: "
+               f"every episode plays a task from a task set ({cfg.data.train_split}, eval on "
+               f"{', '.join(cfg.eval.splits)}), whatever the preset; only the view counts. For easier or harder "
+               "tasks, point data.train_split / eval.splits at a JSONL task set (rods synth, rods tasksets)")
+    warnings.warn(message, stacklevel=2)
+    return message
 
 
 def check_prompts_fit(cfg: TrainConfig, policy: Policy, task_sets: Mapping[str, Sequence[Any]],

@@ -183,8 +183,18 @@ def longest_compact_call(policy: Policy, suite: Suite | None = None, slot_ids: s
 
 
 def save_policy(policy: Policy, path: str | Path) -> Path:
+    """``save_pretrained`` of model and tokenizer, without transformers' per-save progress bar (a run
+    saves at every checkpoint; the bar's earlier state is restored)."""
+    from transformers.utils import logging as hf_logging
+
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    policy.model.save_pretrained(path)
-    policy.tokenizer.save_pretrained(path)
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        policy.model.save_pretrained(path)
+        policy.tokenizer.save_pretrained(path)
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
     return path

@@ -56,6 +56,8 @@ def load_tasks(split: str, data: DataConfig, n: int | None = None) -> list[TaskS
             tasks = list(_fallback(split, data.fallback_difficulty, size, data.fallback_train_tasks))
     else:
         path = Path(split)
+        if not split.strip() or path.is_dir():
+            raise ValueError(f"task set {split!r} is neither a split name {SPLITS} nor a JSONL file")
         if not path.exists():
             raise FileNotFoundError(f"task set {split!r} is neither a split name {SPLITS} nor an existing JSONL file")
         tasks = read_jsonl(path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from ..graph import export_graph, graph_stats
 from ..sampler import SamplerConfig, TaskSampler
@@ -21,6 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.samples < 0:
+        print(f"rods graph: error: --samples must be >= 0, got {args.samples}", file=sys.stderr)
+        return 2
     suite = Suite.load(args.domains)
     stats = graph_stats(suite.graph)
     per_depth = {}

@@ -119,7 +119,10 @@ def play(env: ToolChainEnv, seed: int, read: Callable[[str], str] = input,
     for _ in range(MAX_INPUT_LINES):
         try:
             line = read("> ").strip()
-        except EOFError:
+        except EOFError:  # Ctrl-D, the end of piped input
+            break
+        except KeyboardInterrupt:  # Ctrl-C: stop too, and show how the episode stood
+            write("")
             break
         if not line:
             continue

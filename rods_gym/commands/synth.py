@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -88,10 +89,20 @@ def run(args: argparse.Namespace) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tiers_made: collections.Counter = collections.Counter()
     start = time.perf_counter()
-    with args.out.open("w") as fh:
-        for task in iter_synthesize(seeds, args.n, resampler, seed=args.seed, progress=not args.no_progress):
-            fh.write(task.to_json() + "\n")
-            tiers_made[task.meta["tier"]] += 1
+    # written under a temporary name and renamed once complete: an interrupted run leaves no partial
+    # file that an offline-pipeline run would read as the whole set
+    partial = args.out.with_name(args.out.name + ".partial")
+    try:
+        with partial.open("w") as fh:
+            for task in iter_synthesize(seeds, args.n, resampler, seed=args.seed, progress=not args.no_progress):
+                fh.write(task.to_json() + "\n")
+                tiers_made[task.meta["tier"]] += 1
+    except KeyboardInterrupt:
+        partial.unlink(missing_ok=True)
+        print(f"\nrods synth: interrupted after {sum(tiers_made.values())} of {args.n} tasks; nothing written to "
+              f"{args.out}", file=sys.stderr)
+        return 130
+    os.replace(partial, args.out)
     made = sum(tiers_made.values())
     elapsed = time.perf_counter() - start
     print(f"wrote {made} tasks to {args.out} in {elapsed:.1f} s ({made / max(elapsed, 1e-9):.0f} tasks/s) "
