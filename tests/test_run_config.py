@@ -339,12 +339,13 @@ def test_evaluate_refuses_a_run_dir_without_a_policy(tmp_path: Path, capsys) -> 
     assert not (tmp_path / "nope").exists() and not any((tmp_path / "empty").iterdir())
 
 
-def test_a_saved_evaluation_is_reused_only_for_the_same_tasks_and_samples() -> None:
+def test_a_saved_evaluation_is_reused_only_for_the_same_tasks_and_samples() -> None:  # and sampled stream
     from rods_gym.trainer.pipeline import same_evaluation
 
     tasks = {"test": [object()] * 4}
-    saved = {"test": {"episodes": 4, "success": 0.5, "sampled": {"samples": 2, "episodes": 8}}}
+    saved = {"test": {"episodes": 4, "success": 0.5, "sampled": {"samples": 2, "seed": 0, "episodes": 8}}}
     assert same_evaluation(saved, tasks, 2)
+    assert not same_evaluation(saved, tasks, 2, seed=1)  # another run seed samples another stream
     assert not same_evaluation(saved, tasks, 0)  # eval.samples changed
     assert not same_evaluation(saved, {"test": [object()] * 12}, 2)  # eval.tasks changed
     assert not same_evaluation(saved, {**tasks, "dev": [object()] * 4}, 2)  # eval.splits changed

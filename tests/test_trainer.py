@@ -826,5 +826,8 @@ def test_rods_sft_reports_the_jobs_evaluation_and_train_resume_reuses_it(tmp_pat
     assert read_jsonl(run / "metrics.jsonl")[0]["success"] == pytest.approx(dev["success"])
 
     calls.clear()
-    assert main(["train", "--run-dir", str(run), "--resume", "eval.samples=0", "steps=2"]) == 0
+    assert main(["train", "--run-dir", str(run), "--resume", "seed=1", "steps=2"]) == 0
+    assert len(calls) == 2  # another seed samples another stream: the warm start is played again
+    calls.clear()
+    assert main(["train", "--run-dir", str(run), "--resume", "eval.samples=0", "steps=3"]) == 0
     assert len(calls) == 2  # the saved evaluation had other samples: the warm start is played again

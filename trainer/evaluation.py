@@ -104,7 +104,7 @@ def evaluate_sets(engine: RolloutEngine, eval_sets: Mapping[str, Sequence[TaskSp
         out[name] = summary(mine, 1, None)
         if samples > 0:
             generator = torch.Generator(device=engine.policy.device).manual_seed(seed * 1_000_003 + rank)
-            out[name]["sampled"] = {"samples": samples, **summary(mine, samples, generator)}
+            out[name]["sampled"] = {"samples": samples, "seed": seed, **summary(mine, samples, generator)}
     return out
 
 

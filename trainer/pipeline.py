@@ -204,14 +204,19 @@ def warm_start(cfg: TrainConfig, policy: Policy, seeds: list, accelerator: Accel
     return record
 
 
-def same_evaluation(saved: Mapping[str, Any], eval_sets: Mapping[str, Sequence[TaskSpec]], samples: int) -> bool:
+def same_evaluation(saved: Mapping[str, Any], eval_sets: Mapping[str, Sequence[TaskSpec]], samples: int,
+                    seed: int = 0) -> bool:
     """Whether a saved evaluation (``evaluate_sets``' result) covers ``eval_sets``' splits, as many tasks
-    of each (a split's first N, spread) and ``samples`` sampled episodes per task."""
+    of each (a split's first N, spread) and ``samples`` sampled episodes per task from the stream of ``seed``
+    (the run's: a run resumed with another seed samples other episodes after GRPO)."""
     if set(saved) != set(eval_sets):
         return False
     for split, tasks in eval_sets.items():
         res = saved[split]
-        if res.get("episodes") != len(tasks) or res.get("sampled", {}).get("samples", 0) != samples:
+        sampled = res.get("sampled", {})
+        if res.get("episodes") != len(tasks) or sampled.get("samples", 0) != samples:
+            return False
+        if samples > 0 and sampled.get("seed") != seed:
             return False
     return True
 
@@ -364,8 +369,8 @@ def run_training(cfg: TrainConfig, *, resume: bool = False, inputs: RunInputs | 
     engine = RolloutEngine(policy, cfg.data.env_id, eval_settings(cfg), env_kwargs(cfg))
     before_file = run_dir / "eval_before.json"
     before = json.loads(before_file.read_text()) if resume and before_file.exists() else None
-    if before is not None and not same_evaluation(before, eval_sets, cfg.eval.samples):
-        log(f"resume: {before_file} was measured on other tasks or samples than eval.* now names; the evaluation "
+    if before is not None and not same_evaluation(before, eval_sets, cfg.eval.samples, cfg.seed):
+        log(f"resume: {before_file} was measured on other tasks or samples than eval.* and seed now name; the evaluation "
             "before GRPO runs again on the warm start, so before and after compare the same episodes")
         before = None
     before_is_new = before is None
