@@ -33,11 +33,10 @@ from rods_gym.trainer.config import TrainConfig, load_config, save_config
 from rods_gym.trainer.curricula.arms import DynamicSampling
 from rods_gym.trainer.curricula.detector import group_stats
 from rods_gym.trainer.evaluation import summarize
-from rods_gym.trainer.loop import env_kwargs, eval_settings, grpo_train
+from rods_gym.trainer.loop import evaluation_engine, grpo_train
 from rods_gym.trainer.pipeline import env_mode, make_accelerator, warm_start
 from rods_gym.trainer.threads import torch_threads
 from rods_gym.trainer.policy import Policy, load_policy, make_policy
-from rods_gym.trainer.rollout import RolloutEngine
 from rods_gym.trainer.sources import make_source
 from rods_gym.trainer.task_source import GroupResult, TaskSource
 from rods_gym.trainer.tasks import load_tasks, spread
@@ -185,7 +184,7 @@ def eval_tasks(cfg: TrainConfig, spec: EvalSpec) -> dict[str, list[TaskSpec]]:
 def evaluate_per_task(policy: Policy, cfg: TrainConfig, sets: Mapping[str, Sequence[TaskSpec]],
                       batch_episodes: int) -> dict[str, dict[str, Any]]:
     """Greedy episodes on the base environment, one per task: per-task success/progress plus the summary."""
-    engine = RolloutEngine(policy, cfg.data.env_id, eval_settings(cfg), env_kwargs(cfg))
+    engine = evaluation_engine(cfg, policy)
     out: dict[str, dict[str, Any]] = {}
     for split, tasks in sets.items():
         trajs = []

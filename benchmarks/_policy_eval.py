@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 from rods_gym.envs.build_tasksets import STRATA
 from rods_gym.trainer.config import load_config
-from rods_gym.trainer.loop import env_kwargs, eval_settings
+from rods_gym.trainer.loop import evaluation_engine
 from rods_gym.trainer.policy import load_policy
 from rods_gym.trainer.rollout import RolloutEngine
 from rods_gym.trainer.tasks import load_tasks, spread
@@ -50,4 +50,4 @@ def eval_engine(policy_dir: str | Path, config: str, temperature: float, overrid
     """A rollout engine for a saved policy in ``config``'s evaluation environment and limits (with
     ``overrides``), sampling at ``temperature``."""
     cfg = load_config(config, [*overrides, f"rollout.temperature={temperature}"])
-    return RolloutEngine(load_policy(policy_dir), cfg.data.env_id, eval_settings(cfg), env_kwargs(cfg))
+    return evaluation_engine(cfg, load_policy(policy_dir))

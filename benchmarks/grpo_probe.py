@@ -53,7 +53,7 @@ from rods_gym.envs.build_tasksets import STRATA, demonstration_tasks
 from rods_gym.task import TaskSpec
 from rods_gym.trainer.config import load_config
 from rods_gym.trainer.evaluation import evaluate_sets, figures_line
-from rods_gym.trainer.loop import env_kwargs, eval_settings, grpo_train
+from rods_gym.trainer.loop import evaluation_engine, grpo_train
 from rods_gym.trainer.policy import load_policy
 from rods_gym.trainer.rollout import RolloutEngine
 from rods_gym.trainer.task_source import FixedSeeds
@@ -200,7 +200,7 @@ def probe(policy_dir: str | Path, out: str | Path, *, steps: int, data_seed: int
                              "run the low-rank probe without the KL term")
         add_low_rank_updates(policy.model, lowrank, seed=cfg.seed)
     clear_output(out, Path(policy_dir))
-    engine = RolloutEngine(policy, cfg.data.env_id, eval_settings(cfg), env_kwargs(cfg))
+    engine = evaluation_engine(cfg, policy)
     if fit:
         tasks = failed_tasks(engine, load_tasks(cfg.data.train_split, cfg.data), fit)
     else:

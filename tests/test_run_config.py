@@ -420,16 +420,17 @@ def test_evaluate_finds_a_runs_latest_policy(tmp_path: Path, capsys, monkeypatch
     save_config(load_config("default", [f"run_dir={run}", "data.env_id=rods/ToolChain-Easy-Compact-v0",
                                         "data.slot_ids=shuffled", "data.env_max_steps=9", "rollout.max_turns=3"]),
                 run / "config.yaml")
-    import rods_gym.trainer.rollout as rollout
+    import rods_gym.trainer.loop as loop
 
     seen: list = []
-    real = rollout.RolloutEngine
+    real = loop.evaluation_engine
 
-    def spy(policy, env_id, settings, env_kwargs=None):
-        seen.append((env_id, env_kwargs, settings.max_turns))
-        return real(policy, env_id, settings, env_kwargs)
+    def spy(cfg, policy):  # what the evaluation's engine was built with
+        engine = real(cfg, policy)
+        seen.append((engine.env_id, engine.env_kwargs, engine.settings.max_turns))
+        return engine
 
-    monkeypatch.setattr(rollout, "RolloutEngine", spy)
+    monkeypatch.setattr(loop, "evaluation_engine", spy)
     assert main(["evaluate", "--run-dir", str(run), "--tasks", "2", "--splits", "dev"]) == 0
     assert "in rods/ToolChain-Easy-Compact-v0 with the run's config" in capsys.readouterr().err
     assert seen == [("rods/ToolChain-Easy-Compact-v0", {"max_steps": 9, "slot_ids": "shuffled"}, 3)]

@@ -270,11 +270,9 @@ def _resumable(command: str, run_dir: str) -> Iterator[None]:
 
 def run_sft(args: argparse.Namespace) -> int:
     from .config import save_config
-    from .evaluation import evaluate_sets, figures_line
-    from .loop import env_kwargs, eval_settings
-    from .pipeline import _print, apply_threads, make_accelerator, prepare_inputs, warm_start
-    from .rollout import RolloutEngine
-    from .threads import torch_threads
+    from .evaluation import figures_line
+    from .loop import evaluation_engine
+    from .pipeline import EVAL_BEFORE, _print, apply_threads, job_evaluation, make_accelerator, prepare_inputs, warm_start
 
     cfg = _config_or_exit(args, "sft")
     apply_threads(cfg)
@@ -287,16 +285,12 @@ def run_sft(args: argparse.Namespace) -> int:
 
     with _resumable("sft", cfg.run_dir):
         warm_start(cfg, policy, inputs.seeds, accelerator, run_dir, args.resume, lambda *a: _print(accelerator, *a))
-        # the job's own held-out evaluation (greedy, plus eval.samples sampled episodes per task), split
-        # across processes under accelerate launch
-        engine = RolloutEngine(policy, cfg.data.env_id, eval_settings(cfg), env_kwargs(cfg))
-        with torch_threads(cfg.eval.threads):
-            results = evaluate_sets(engine, inputs.eval_sets, accelerator, cfg.eval.batch_episodes, policy.model,
-                                    cfg.eval.samples, cfg.seed)
+        # the job's own held-out evaluation, split across processes under accelerate launch
+        results = job_evaluation(cfg, evaluation_engine(cfg, policy), inputs.eval_sets, accelerator)
     if accelerator.is_main_process:
         # what rods train --resume in this directory reports as "before GRPO" (it reuses the file while
         # eval.* names the same tasks and samples, instead of playing them again)
-        (run_dir / "eval_before.json").write_text(json.dumps(results, indent=2))
+        (run_dir / EVAL_BEFORE).write_text(json.dumps(results, indent=2))
         for split, res in results.items():
             print(f"held-out {split}: {figures_line(res)} ({len(inputs.eval_sets[split])} tasks)")
         print(f"saved the policy to {run_dir / 'sft_policy'}")
@@ -313,14 +307,12 @@ def run_policy(run_dir: str | Path) -> Path | None:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    from .evaluation import evaluate_sets
-    from .loop import env_kwargs, eval_settings
+    from .loop import evaluation_engine
     from .pipeline import (apply_threads, check_action_tokens, check_env_difficulty, check_prompts_fit,
-                           check_view_vocabulary, env_mode, make_accelerator)
+                           check_view_vocabulary, env_mode, job_evaluation, make_accelerator)
     from .policy import load_policy, make_policy
-    from .rollout import MODES, RolloutEngine
+    from .rollout import MODES
     from .tasks import load_tasks, spread
-    from .threads import torch_threads
 
     # with --run-dir and no --config: the run's saved config (its environment, slot ids, step and turn limits,
     # dtype, evaluation splits), the command line's overrides on top
@@ -371,10 +363,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
               "tiny model; pass --policy RUN_DIR/sft_policy or --run-dir RUN_DIR to evaluate a trained one",
               file=sys.stderr)
     # the job's own evaluation: greedy, plus --samples episodes per task sampled at rollout.temperature
-    engine = RolloutEngine(policy, cfg.data.env_id, eval_settings(cfg), env_kwargs(cfg))
-    with torch_threads(cfg.eval.threads):
-        results = evaluate_sets(engine, sets, accelerator, cfg.eval.batch_episodes, policy.model, args.samples,
-                                cfg.seed)
+    results = job_evaluation(cfg, evaluation_engine(cfg, policy), sets, accelerator, samples=args.samples)
     if not accelerator.is_main_process:  # under accelerate launch the processes share the tasks; one reports
         return 0
     if args.json:

@@ -76,6 +76,12 @@ def eval_settings(cfg: TrainConfig) -> RolloutSettings:
     return replace(rollout_settings(cfg), turn_slack=None)
 
 
+def evaluation_engine(cfg: TrainConfig, policy: Policy) -> RolloutEngine:
+    """The engine every evaluation runs in: ``data.env_id``'s plain environment (``env_kwargs``, never a
+    source's augmented twin or training shaping) at the evaluation limits (``eval_settings``)."""
+    return RolloutEngine(policy, cfg.data.env_id, eval_settings(cfg), env_kwargs(cfg))
+
+
 def lr_lambda(cfg: TrainConfig) -> Callable[[int], float]:
     g, total = cfg.grpo, max(cfg.steps, 1)
 
@@ -324,7 +330,7 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
     # evaluation always uses the plain environment (a source may train on, e.g., an augmented twin)
     same_env = (engine.env_id == cfg.data.env_id and engine.env_kwargs == env_kwargs(cfg)
                 and rollout_settings(cfg) == eval_settings(cfg))
-    eval_engine = engine if same_env else RolloutEngine(policy, cfg.data.env_id, eval_settings(cfg), env_kwargs(cfg))
+    eval_engine = engine if same_env else evaluation_engine(cfg, policy)
     logger = None
     if main:
         # TensorBoard drops what an interrupted run logged past the checkpoint (replayed now; everything when

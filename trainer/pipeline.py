@@ -29,7 +29,7 @@ from rods_gym.task import TaskSpec
 from .checkpoint import refuse_stale_checkpoints
 from .config import TrainConfig, save_config
 from .evaluation import evaluate_sets, figures_line
-from .loop import LoopResult, check_source_fits_rollout, env_kwargs, eval_scalars, eval_settings, grpo_train
+from .loop import LoopResult, check_source_fits_rollout, env_kwargs, eval_scalars, evaluation_engine, grpo_train
 from .metrics import MetricsLogger, read_jsonl
 from .plots import plot_training_curve
 from .policy import Policy, load_policy, longest_compact_call, make_policy, save_policy
@@ -204,6 +204,19 @@ def warm_start(cfg: TrainConfig, policy: Policy, seeds: list, accelerator: Accel
     return record
 
 
+EVAL_BEFORE = "eval_before.json"  # the warm start's evaluation, written by rods sft and by the job before GRPO
+
+
+def job_evaluation(cfg: TrainConfig, engine: RolloutEngine, eval_sets: Mapping[str, Sequence[TaskSpec]],
+                   accelerator: Accelerator, samples: int | None = None) -> dict[str, dict[str, Any]]:
+    """The job's evaluation of ``engine``'s policy on ``eval.threads``: greedy, plus ``samples`` (default
+    ``eval.samples``) episodes per task sampled from the run seed's stream; what rods sft, rods train
+    (before and after GRPO) and rods evaluate report."""
+    with torch_threads(cfg.eval.threads):
+        return evaluate_sets(engine, eval_sets, accelerator, cfg.eval.batch_episodes, engine.policy.model,
+                             cfg.eval.samples if samples is None else samples, cfg.seed)
+
+
 def same_evaluation(saved: Mapping[str, Any], eval_sets: Mapping[str, Sequence[TaskSpec]], samples: int,
                     seed: int = 0) -> bool:
     """Whether a saved evaluation (``evaluate_sets``' result) covers ``eval_sets``' splits, as many tasks
@@ -280,7 +293,7 @@ def check_prompts_fit(cfg: TrainConfig, policy: Policy, task_sets: Mapping[str, 
     """Refuse (``ValueError``) a task set none of whose first prompts leaves room for an action within
     ``rollout.max_context`` (every episode would end untouched, and the run would learn nothing while
     finishing normally); warn where only some do not. ``per_set`` tasks evenly spaced over each set."""
-    engine = RolloutEngine(policy, cfg.data.env_id, eval_settings(cfg), env_kwargs(cfg))
+    engine = evaluation_engine(cfg, policy)
     s = engine.settings
     for name, tasks in task_sets.items():
         sample = spread(list(tasks), per_set)
@@ -366,8 +379,8 @@ def run_training(cfg: TrainConfig, *, resume: bool = False, inputs: RunInputs | 
     demos = demonstrations(cfg, policy, seeds) if cfg.grpo.sft_weight > 0 else None
     sft_record = warm_start(cfg, policy, seeds, accelerator, run_dir, resume, log, demos) if cfg.sft.enabled else {}
 
-    engine = RolloutEngine(policy, cfg.data.env_id, eval_settings(cfg), env_kwargs(cfg))
-    before_file = run_dir / "eval_before.json"
+    engine = evaluation_engine(cfg, policy)
+    before_file = run_dir / EVAL_BEFORE
     before = json.loads(before_file.read_text()) if resume and before_file.exists() else None
     if before is not None and not same_evaluation(before, eval_sets, cfg.eval.samples, cfg.seed):
         log(f"resume: {before_file} was measured on other tasks or samples than eval.* and seed now name; the evaluation "
@@ -375,9 +388,7 @@ def run_training(cfg: TrainConfig, *, resume: bool = False, inputs: RunInputs | 
         before = None
     before_is_new = before is None
     if before is None:
-        with torch_threads(cfg.eval.threads):
-            before = evaluate_sets(engine, eval_sets, accelerator, cfg.eval.batch_episodes, policy.model,
-                                   cfg.eval.samples, cfg.seed)
+        before = job_evaluation(cfg, engine, eval_sets, accelerator)
         if accelerator.is_main_process:
             before_file.write_text(json.dumps(before, indent=2))
     for split, res in before.items():
@@ -387,9 +398,7 @@ def run_training(cfg: TrainConfig, *, resume: bool = False, inputs: RunInputs | 
     loop: LoopResult = grpo_train(cfg, policy, seeds, run_dir=run_dir, accelerator=accelerator, eval_sets=eval_sets,
                                   resume=resume, source=inputs.source, demos=demos)
     grpo_seconds = time.perf_counter() - t_grpo
-    with torch_threads(cfg.eval.threads):
-        after = evaluate_sets(engine, eval_sets, accelerator, cfg.eval.batch_episodes, policy.model, cfg.eval.samples,
-                              cfg.seed)
+    after = job_evaluation(cfg, engine, eval_sets, accelerator)
     summary = {
         "name": cfg.name, "env_id": cfg.data.env_id, "policy": policy.name, "parameters": n_params,
         "processes": accelerator.num_processes, "sft": sft_record, "grpo_steps": loop.steps_done,

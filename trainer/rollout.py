@@ -216,7 +216,6 @@ class RolloutEngine:
             self.envs.append(gym.make(self.env_id, **self.env_kwargs))
         return self.envs[i]
 
-
     def prompt_length(self, task: TaskSpec) -> int:
         """Tokens of ``task``'s first prompt (reset with seed 0), as an episode starts from it."""
         env = self._env(0)

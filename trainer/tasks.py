@@ -56,9 +56,7 @@ def load_tasks(split: str, data: DataConfig, n: int | None = None) -> list[TaskS
             tasks = list(_fallback(split, data.fallback_difficulty, size, data.fallback_train_tasks))
     else:
         path = Path(split)
-        if not split.strip() or path.is_dir():
-            raise ValueError(f"task set {split!r} is neither a split name {SPLITS} nor a JSONL file")
-        if not path.exists():
+        if not split.strip() or not path.is_file():  # '' and '.' name directories, not task sets
             raise FileNotFoundError(f"task set {split!r} is neither a split name {SPLITS} nor an existing JSONL file")
         tasks = read_jsonl(path)
     if not tasks:
