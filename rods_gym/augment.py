@@ -77,6 +77,8 @@ class AugmentConfig:
                 value = getattr(self, f.name)
                 if not 0.0 <= value <= 1.0:
                     raise ValueError(f"AugmentConfig.{f.name} must lie in [0, 1], got {value}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"AugmentConfig.seed must be a non-negative int, got {self.seed!r}")
         if self.max_extra_distractors < 0:
             raise ValueError(f"AugmentConfig.max_extra_distractors must be >= 0, got {self.max_extra_distractors}")
 

@@ -40,9 +40,17 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = Non
     if rest:
         bare = [a for a in rest if "=" in a and not a.startswith("-")]
         if len(bare) != len(rest) or not isinstance(getattr(args, "extra", None), list):
-            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+            command_parser(parser, args).error(f"unrecognized arguments: {' '.join(rest)}")
         args.extra = [*args.extra, *bare]
     return args
+
+
+def command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the command ``args`` ran (so its errors show that command's usage), else ``parser``."""
+    for action in parser._actions:  # argparse keeps its subparsers here; it has no public accessor
+        if isinstance(action, argparse._SubParsersAction) and getattr(args, "command", None) in action.choices:
+            return action.choices[args.command]
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

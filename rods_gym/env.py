@@ -14,6 +14,7 @@ import numpy as np
 from .episode import CompiledTask, Episode, RewardConfig
 from .oracle import oracle_action
 from .renderers import RENDERERS
+from .renderers.frame import text_frame
 from .sampler import DIFFICULTIES, SamplerConfig, TaskSampler
 from .signature import compute_signature
 from .suite import Suite, default_suite
@@ -40,6 +41,19 @@ def load_split(split: str) -> list[TaskSpec]:
     return read_jsonl(path)
 
 
+def config_of(cls: type, value: Any, name: str) -> Any:
+    """``value`` as a ``cls`` (a frozen config dataclass): kept when it is one, built from a dict of its fields
+    (lists become tuples, as YAML and JSON give ranges), None kept; anything else is a TypeError naming ``name``."""
+    if value is None or isinstance(value, cls):
+        return value
+    if isinstance(value, Mapping):
+        try:
+            return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in value.items()})
+        except TypeError as exc:
+            raise TypeError(f"{name}: {exc}") from None
+    raise TypeError(f"{name} must be a {cls.__name__} or a dict of its fields, not {type(value).__name__}")
+
+
 class ToolChainEnv(gym.Env):
     """One task per episode; each step is one agent action (tool call, question or reply).
 
@@ -59,10 +73,11 @@ class ToolChainEnv(gym.Env):
             ``typed`` (each value named by its type and rank, ``$email.0``).
     """
 
-    metadata = {"render_modes": ["ansi", "human"], "render_fps": 1}
+    metadata = {"render_modes": ["ansi", "human", "rgb_array"], "render_fps": 1}
 
     def __init__(self, mode: str = "chat", difficulty: str = "medium", task_set: str | Path | Sequence[TaskSpec] | None = None,
-                 sampler_config: SamplerConfig | None = None, reward: RewardConfig | None = None,
+                 sampler_config: SamplerConfig | Mapping[str, Any] | None = None,
+                 reward: RewardConfig | Mapping[str, Any] | None = None,
                  max_steps: int | None = None, suite: Suite | None = None, sampler_seed: int = 0,
                  render_mode: str | None = None, slot_ids: str = "ordered") -> None:
         if mode not in RENDERERS:
@@ -70,7 +85,9 @@ class ToolChainEnv(gym.Env):
         if sampler_config is None and difficulty not in DIFFICULTIES:
             raise ValueError(f"unknown difficulty {difficulty!r}; choose one of {sorted(DIFFICULTIES)}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"unknown render_mode {render_mode!r}")
+            raise ValueError(f"unknown render_mode {render_mode!r}; choose one of {self.metadata['render_modes']} or None")
+        sampler_config = config_of(SamplerConfig, sampler_config, "sampler_config")
+        reward = config_of(RewardConfig, reward, "reward")
         if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, Integral)
                                       or max_steps < 1):
             raise ValueError(f"max_steps must be a positive int (or None: 8 + 3 * calls + 2 * turns), got {max_steps!r}")
@@ -93,6 +110,7 @@ class ToolChainEnv(gym.Env):
         self._compiled: OrderedDict[str, tuple[CompiledTask, str]] = OrderedDict()
         self._splits: dict[str, list[TaskSpec]] = {}
         self.episode: Episode | None = None
+        self._shown = 0  # render_mode="human": characters of the transcript already printed
 
     @staticmethod
     def _load_tasks(task_set: Any) -> list[TaskSpec] | None:
@@ -117,11 +135,16 @@ class ToolChainEnv(gym.Env):
         if unknown:
             raise ValueError(f"unknown reset options {sorted(unknown)}; use 'task' and/or 'split'")
         task = options.get("task")
+        split = options.get("split")
+        if split is not None:
+            from rods_gym.envs import SPLITS
+
+            if split not in SPLITS:
+                raise ValueError(f"unknown split {split!r} in reset options; choose one of {SPLITS}")
         if isinstance(task, TaskSpec):
             return task
         if isinstance(task, Mapping):
             return TaskSpec.from_dict(task)
-        split = options.get("split")
         if isinstance(task, str):
             return self._task_by_id(task, split)
         if task is not None:
@@ -188,8 +211,8 @@ class ToolChainEnv(gym.Env):
         info = self._info("none")
         if self.mode == "chat":
             info["new_messages"] = list(self.renderer.new_messages)  # type: ignore[attr-defined]
-        if self.render_mode == "human":
-            print(self.renderer.text())
+        self._shown = 0
+        self._show()
         return obs, info
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
@@ -206,8 +229,7 @@ class ToolChainEnv(gym.Env):
                 "signature": self._signature}
         if self.mode == "chat":
             info["new_messages"] = list(self.renderer.new_messages)  # type: ignore[attr-defined]
-        if self.render_mode == "human":
-            print(obs)
+        self._show()
         return obs, float(outcome.reward), outcome.terminated, outcome.truncated, info
 
     def _info(self, error: str) -> dict[str, Any]:
@@ -216,13 +238,28 @@ class ToolChainEnv(gym.Env):
         return {"progress": ep.progress, "success": ep.success, "error": error, "turn": ep.turn,
                 "step": ep.steps, "task_id": ep.task.id, "signature": self._signature}
 
-    def render(self) -> str | None:
+    def _show(self) -> None:
+        """``render_mode="human"``: print what the transcript gained since the last print (every view,
+        the structured one included, prints its readable text, never its arrays)."""
+        if self.render_mode != "human":
+            return
+        text = self.renderer.text()
+        new = text[self._shown:].lstrip("\n")
+        self._shown = len(text)
+        if new:
+            print(new)
+
+    def render(self) -> str | np.ndarray | None:
+        """The episode so far: its text (``ansi``, and when no render mode was set), printed (``human``) or
+        drawn on a fixed-size RGB frame (``rgb_array``, e.g. for video recorders); None before ``reset``."""
         if self.episode is None:
             return None
         text = self.renderer.text()
         if self.render_mode == "human":
             print(text)
             return None
+        if self.render_mode == "rgb_array":
+            return text_frame(text)
         return text
 
     # -- helpers for agents ------------------------------------------------------------
@@ -230,12 +267,14 @@ class ToolChainEnv(gym.Env):
         """Valid-action masks per dimension (structured mode; for sb3-contrib MaskablePPO)."""
         if self.mode != "structured":
             raise AttributeError("action_masks() exists only in structured mode")
-        assert self.episode is not None
+        if self.episode is None:
+            raise RuntimeError("call reset() before action_masks()")
         return self.renderer.action_masks(self.episode)  # type: ignore[attr-defined]
 
     def encode(self, action: Any) -> Any:
         """This renderer's action for an abstract ``ToolCall``/``Ask``/``Reply``."""
-        assert self.episode is not None
+        if self.episode is None:
+            raise RuntimeError("call reset() before encode()")
         return self.renderer.encode(action, self.episode)
 
     def oracle_action(self) -> Any:

@@ -105,29 +105,54 @@ class CompiledTask:
         self.available = frozenset(self.tools)
         self.sink_tools = tuple(dict.fromkeys(c.tool for c in task.calls))
         self.search_tools = frozenset(c.tool for c in task.calls if tools[c.tool].kind == "search")
-        num = None
-        if task.answer is not None:
-            try:
-                num = float(task.answer.value)
-            except ValueError:
-                num = None
-        self.answer_number = num
+        self.answer_number = _as_number(task.answer.value) if task.answer is not None else None
 
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
+def _as_number(value: str) -> float | None:
+    """``value`` as a number when it is written as one (``-12``, ``1,234.5``; not ``nan``, ``Infinity`` or ``1e5``)."""
+    text = value.strip()
+    return float(text.replace(",", "")) if _NUMBER.fullmatch(text) else None
+
+
+_WORD = "A-Za-z0-9_"
+
+
 def contains_answer(text: str, answer: str, number: float | None) -> bool:
-    if answer.lower() in text.lower():
-        return True
-    if number is not None:
-        for m in _NUMBER.findall(text):
-            try:
-                if abs(float(m.replace(",", "")) - number) <= 1e-6:
-                    return True
-            except ValueError:
-                continue
-    return False
+    """Whether ``text`` names ``answer``. A numeric answer (``number``) is named by a number in the text equal
+    to it (``1,234.0`` names ``1234``; ``13``, ``3.5`` and ``ORD-3`` do not name ``3``); any other answer by
+    itself as a whole token, case-insensitive (``ORD-12`` does not name ``ORD-1``)."""
+    if number is None:
+        return bool(answer) and re.search(f"(?<![{_WORD}]){re.escape(answer)}(?![{_WORD}])", text,
+                                          flags=re.IGNORECASE) is not None
+    return any(abs(float(m.replace(",", "")) - number) <= 1e-6 for m in _NUMBER.findall(text))
+
+
+def singles_out(text: str, answer: str, number: float | None, others: set[str]) -> bool:
+    """Whether the reply ``text`` names ``answer`` and none of ``others``: the other values of the
+    answer's field that the episode's tool results showed. A reply that lists every candidate (or
+    pastes every tool output) contains the answer without giving it, so it does not count."""
+    if not contains_answer(text, answer, number):
+        return False
+    rest = re.sub(re.escape(answer), " ", text, flags=re.IGNORECASE)
+    for other in others:
+        other_number = _as_number(other)
+        if number is not None and other_number is not None and abs(other_number - number) <= 1e-6:
+            continue  # the answer written another way (45 and 45.0)
+        if contains_answer(rest, other, other_number):
+            return False
+    return True
+
+
+def field_values(result: Mapping[str, Any], field_name: str) -> list[str]:
+    """The values of ``field_name`` in one tool result (its own field, or its listed records')."""
+    values = [result[field_name]] if field_name in result else []
+    records = result.get("results")
+    if isinstance(records, list):
+        values.extend(r[field_name] for r in records if isinstance(r, Mapping) and field_name in r)
+    return [v if isinstance(v, str) else str(v) for v in values if v is not None and not isinstance(v, (dict, list))]
 
 
 @dataclass
@@ -169,6 +194,8 @@ class Episode:
         self.pending: list[tuple[str, str]] = list(task.turns[0].withheld)
         self.last_error = "none"
         self.n_errors = 0
+        # an information goal's competitors: other values of the answer's field the tool results showed
+        self.other_answers: set[str] = set()
 
     # -- views -------------------------------------------------------------------------
     @property
@@ -264,6 +291,10 @@ class Episode:
                         tuple(p for p in tool.param_names if p in named))
             return
         out.events.append({"kind": "result", "tool": name, "content": result})
+        answer = self.task.answer
+        if answer is not None:
+            self.other_answers.update(v for v in field_values(result, answer.field)
+                                      if v.lower() != answer.value.lower())
         self._match(name, args, result)
 
     def _match(self, name: str, args: Mapping[str, Any], result: Mapping[str, Any]) -> None:
@@ -311,7 +342,8 @@ class Episode:
         last = self.turn == len(self.task.turns) - 1
         if last:
             a = self.task.answer
-            if a is not None and not self.answered and contains_answer(text[:MAX_REPLY_CHARS], a.value, self.c.answer_number):
+            if a is not None and not self.answered and singles_out(text[:MAX_REPLY_CHARS], a.value, self.c.answer_number,
+                                                                   self.other_answers):
                 self.answered = True
             self.done = out.terminated = True
             return

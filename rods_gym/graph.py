@@ -114,6 +114,16 @@ def graph_stats(g: nx.MultiDiGraph) -> dict[str, Any]:
     }
 
 
+def graphml_value(value: Any) -> bool | int | float | str:
+    """An attribute as GraphML can type it: booleans and numbers kept (``read_graphml`` gives them back
+    typed), sequences joined with commas, anything else as its text."""
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
 def export_graph(g: nx.MultiDiGraph, out_dir: str | Path) -> dict[str, Path]:
     """Write node-link JSON, GraphML and a PNG drawing; return their paths."""
     out = Path(out_dir)
@@ -122,8 +132,9 @@ def export_graph(g: nx.MultiDiGraph, out_dir: str | Path) -> dict[str, Path]:
     data = nx.node_link_data(g, edges="edges")
     paths["json"].write_text(json.dumps(data, indent=1, default=list))
     flat = nx.MultiDiGraph()
-    flat.add_nodes_from((n, {k: str(v) for k, v in d.items()}) for n, d in g.nodes(data=True))
-    flat.add_edges_from((u, v, k, {a: str(b) for a, b in d.items()}) for u, v, k, d in g.edges(keys=True, data=True))
+    flat.add_nodes_from((n, {k: graphml_value(v) for k, v in d.items()}) for n, d in g.nodes(data=True))
+    flat.add_edges_from((u, v, k, {a: graphml_value(b) for a, b in d.items()})
+                        for u, v, k, d in g.edges(keys=True, data=True))
     nx.write_graphml(flat, paths["graphml"])
     draw_graph(g, paths["png"])
     return paths

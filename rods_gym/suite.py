@@ -55,8 +55,11 @@ class Suite:
         self.type_index = {n: i for i, n in enumerate(self.type_names)}
 
     @classmethod
-    def load(cls, domain_dir: str | Path | None = None, extra_dirs: Sequence[str | Path] = ()) -> "Suite":
-        """Load the suite's domains (default: the built-in ones) plus any extra directories."""
+    def load(cls, domain_dir: str | Path | None = None, extra_dirs: str | Path | Sequence[str | Path] = ()) -> "Suite":
+        """Load the suite's domains (default: the built-in ones) plus any extra directories (one path,
+        or a sequence of them)."""
+        if isinstance(extra_dirs, (str, Path)):
+            extra_dirs = (extra_dirs,)
         base = load_value_types()
         known = dict(base)
         domains: list[Domain] = []

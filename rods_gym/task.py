@@ -155,10 +155,13 @@ class TaskSpec:
         extra = set(d) - known
         if extra:
             raise ValueError(f"unknown task keys {sorted(extra)}")
+        seed = d.get("world_seed")
+        if isinstance(seed, bool) or not isinstance(seed, int) and not (isinstance(seed, str) and seed.strip().isdigit()):
+            raise ValueError(f"malformed task {d.get('id', '?')!r}: world_seed must be an integer, got {seed!r}")
         try:
             return cls(
                 id=str(d["id"]),
-                world_seed=int(d["world_seed"]),
+                world_seed=int(seed),
                 calls=tuple(Call(c["id"], c["tool"], dict(c["args"]), int(c.get("turn", 0))) for c in d["calls"]),
                 deps=tuple(Dep(*x) for x in d.get("deps", ())),
                 turns=tuple(Turn(t["message"], tuple(t.get("locked", ())), tuple(tuple(w) for w in t.get("withheld", ())))
@@ -167,8 +170,10 @@ class TaskSpec:
                 answer=None if d.get("answer") is None else Answer(*d["answer"]),
                 meta=dict(d.get("meta", {})),
             )
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"malformed task {d.get('id', '?')!r}: {exc!r}") from None
+        except KeyError as exc:
+            raise ValueError(f"malformed task {d.get('id', '?')!r}: missing key {exc}") from None
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"malformed task {d.get('id', '?')!r}: {exc}") from None
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))

@@ -528,3 +528,34 @@ def test_text_in_brackets_is_still_a_reply() -> None:
 
     for text in ("[1, 2]", "[see above] the order is cancelled", "[]", '["a", {"name": "x"}]'):
         assert isinstance(parse_chat_action(text), Reply), text
+
+
+def test_stray_closing_tag_is_malformed_and_json_scalars_are_replies() -> None:
+    from rods_gym.episode import Invalid, Reply
+    from rods_gym.renderers.chat import parse_chat_action
+
+    for text in ("</tool_call>", 'get_order {"order_id": "ORD-1"}</tool_call>'):
+        parsed = parse_chat_action(text)
+        assert isinstance(parsed, Invalid) and parsed.error == "malformed" and "</tool_call>" in parsed.message
+    for text in ("null", "42", '"ORD-1"', "true"):  # a bare value is an answer to the user, not a call
+        assert isinstance(parse_chat_action(text), Reply), text
+
+
+def test_non_ascii_is_escaped_not_lost() -> None:
+    from rods_gym.renderers.chat import MAX_OBS_CHARS, sanitize
+
+    assert sanitize("no contact with email 'jos\u00e9@\u4f8b.com'") == "no contact with email 'jos\\xe9@\\u4f8b.com'"
+    long = sanitize("\u4f8b" * MAX_OBS_CHARS)
+    assert len(long) <= MAX_OBS_CHARS and long.endswith("...[truncated]") and long.isascii()
+
+
+def test_config_and_task_errors_name_the_field() -> None:
+    from rods_gym import TaskSpec
+    from rods_gym.augment import AugmentConfig
+
+    with pytest.raises(ValueError, match="AugmentConfig.seed must be a non-negative int, got -1"):
+        AugmentConfig(seed=-1)
+    with pytest.raises(ValueError, match="malformed task 't-1': world_seed must be an integer, got 'abc'"):
+        TaskSpec.from_dict({"id": "t-1", "world_seed": "abc", "calls": [], "turns": []})
+    with pytest.raises(ValueError, match="malformed task 't-2': missing key 'calls'"):
+        TaskSpec.from_dict({"id": "t-2", "world_seed": 3, "turns": []})

@@ -213,8 +213,9 @@ WORKER = textwrap.dedent("""
     cfg = load_config(None, [f"run_dir={out / 'run'}", "steps=%(steps)d", "time_limit_min=0", "checkpoint_every=0",
                              "tensorboard=false", "progress_bar=false", "rollout.group_size=%(G)d",
                              "rollout.tasks_per_step=%(N)d", "rollout.max_action_tokens=8", "rollout.max_turns=4",
-                             "grpo.lr=1e-3", "grpo.micro_batch_size=4", "grpo.minibatches=2"])
-    # one refill round: some step stays short of informative groups (the null-row path below)
+                             "grpo.lr=1e-3", "grpo.micro_batch_size=4", "grpo.minibatches=2", "seed=4"])
+    # one refill round: some step stays short of informative groups (the null-row path below; with these
+    # tasks and this warm start, seed 4's third step keeps one group)
     source = DynamicSamplingSource(seeds, seed=cfg.seed, max_refill_rounds=1, min_informative_rate=0.5)
     policy = load_policy(warm)
     result = grpo_train(cfg, policy, seeds, run_dir=cfg.run_dir, accelerator=acc, source=source)

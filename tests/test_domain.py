@@ -168,6 +168,9 @@ def test_empty_domain_directory(tmp_path: Path) -> None:
         Suite.load(extra_dirs=[tmp_path / "empty"])
     with pytest.raises(DomainError, match="nowhere.*no such directory"):
         Suite.load(extra_dirs=[tmp_path / "nowhere"])
+    # one directory as a plain string is that directory, not a sequence of one-letter paths ("/" included)
+    with pytest.raises(DomainError, match="nowhere.*no such directory"):
+        Suite.load(extra_dirs=str(tmp_path / "nowhere"))
     (tmp_path / "file.json").write_text("{}")
     with pytest.raises(DomainError, match="file.json.*not a directory"):
         Suite.load(tmp_path / "file.json")

@@ -436,3 +436,89 @@ def test_info_effect_says_what_each_action_did() -> None:
     assert env.step("ask")[4]["effect"] == "none"  # nothing withheld: nothing to add
     _, _, term, _, info = env.step("reply")
     assert term and info["effect"] == "none" and not info["success"]
+
+
+def test_render_rgb_array_and_human_structured(easy_tasks, capsys) -> None:
+    """``rgb_array`` draws the transcript on frames of one fixed shape; ``human`` prints readable text in every
+    view (the structured one's arrays never), each step only what the transcript gained."""
+    env = ToolChainEnv(mode="structured", task_set=easy_tasks, render_mode="rgb_array")
+    env.reset(options={"task": easy_tasks[0]})
+    first = env.render()
+    env.step(env.oracle_action())
+    second = env.render()
+    assert first.shape == second.shape == (480, 640, 3) and first.dtype == np.uint8
+    assert (second < 128).sum() > (first < 128).sum() > 0  # more text, more ink
+    human = ToolChainEnv(mode="structured", task_set=easy_tasks, render_mode="human")
+    human.reset(options={"task": easy_tasks[0]})
+    shown_at_reset = capsys.readouterr().out
+    human.step(human.oracle_action())
+    shown_at_step = capsys.readouterr().out
+    assert easy_tasks[0].turns[0].message in shown_at_reset
+    assert easy_tasks[0].calls[0].tool in shown_at_step and easy_tasks[0].turns[0].message not in shown_at_step
+    assert "array(" not in shown_at_step and "available" not in shown_at_step
+    with pytest.raises(ValueError, match="unknown render_mode 'pixels'"):
+        ToolChainEnv(render_mode="pixels")
+
+
+def test_configs_as_dicts_and_calls_before_reset(easy_tasks) -> None:
+    """``reward`` and ``sampler_config`` take a dict of their fields (YAML's lists as ranges); anything else,
+    or an unknown field, is a TypeError naming the argument; agent helpers before reset() say so."""
+    env = gym.make("rods/ToolChain-Easy-v0", reward={"success_bonus": 2.0}, task_set=easy_tasks[:1])
+    env.reset(seed=0)
+    ret, info, term, _ = run_oracle(env)
+    assert term and info["success"] and ret == pytest.approx(3.0)
+    env = gym.make("rods/ToolChain-v0", sampler_config={"depth": [3, 3], "extra_calls": [0, 0]})
+    assert env.unwrapped.sampler.config.depth == (3, 3)
+    with pytest.raises(TypeError, match="reward: .*unexpected keyword argument 'bonus'"):
+        ToolChainEnv(reward={"bonus": 1.0})
+    with pytest.raises(TypeError, match="sampler_config must be a SamplerConfig or a dict of its fields, not int"):
+        ToolChainEnv(sampler_config=3)
+    with pytest.raises(ValueError, match="SamplerConfig.depth"):
+        ToolChainEnv(sampler_config={"depth": [0, 9]})
+    fresh = ToolChainEnv(mode="structured")
+    with pytest.raises(RuntimeError, match=r"call reset\(\) before action_masks"):
+        fresh.action_masks()
+    with pytest.raises(RuntimeError, match=r"call reset\(\) before encode"):
+        fresh.encode(None)
+    with pytest.raises(ValueError, match="unknown split 'bogus'"):
+        fresh.reset(options={"task": easy_tasks[0], "split": "bogus"})  # not silently ignored with a task
+
+
+def test_an_answer_must_be_singled_out() -> None:
+    """A final reply names the answer only if no other value of the answer's field that the tool results showed
+    appears in it: listing every candidate (or pasting every result) does not count."""
+    from rods_gym.env import load_split
+
+    env = ToolChainEnv(mode="chat")
+    found = None
+    for task in (t for t in load_split("train") if t.answer is not None and len(t.turns) == 1):
+        env.reset(options={"task": task})
+        action = env.oracle_action()
+        while action.startswith("<tool_call>"):
+            env.step(action)
+            action = env.oracle_action()
+        if env.episode.other_answers:
+            found = task
+            break
+    assert found is not None, "no train task whose tool results show competing values of its answer's field"
+    other = sorted(env.episode.other_answers)[0]
+    _, reward, term, _, info = env.step(f"It is {found.answer.value} or maybe {other}.")
+    assert term and not info["success"] and reward == 0.0
+    env.reset(options={"task": found})
+    ret, info, term, _ = run_oracle(env)  # the oracle's reply names the answer alone
+    assert term and info["success"] and ret == pytest.approx(1.0)
+    assert found.answer.value in env.messages[-1]["content"]
+
+
+@pytest.mark.parametrize(("text", "answer", "named"), [
+    ("It is ORD-1.", "ORD-1", True), ("It is ORD-12.", "ORD-1", False), ("see xORD-1", "ORD-1", False),
+    ("the email is JOSE@example.org", "jose@example.org", True),
+    ("3 tickets", "3", True), ("13 tickets", "3", False), ("ORD-3", "3", False), ("3.5", "3", False),
+    ("$1,234.00 in total", "1234", True), ("balance -2.5", "-2.5", True), ("Nan is the name", "Nan", True),
+])
+def test_contains_answer_takes_whole_values(text: str, answer: str, named: bool) -> None:
+    """An answer is named by itself as a whole token, or by an equal number; never by a longer word or number
+    that holds it (a reply ``$13`` does not give the count 3)."""
+    from rods_gym.episode import _as_number, contains_answer
+
+    assert contains_answer(text, answer, _as_number(answer)) is named

@@ -92,6 +92,13 @@ def _check_exports(g: nx.MultiDiGraph, out: Path) -> None:
     gm = nx.read_graphml(out / "api_graph.graphml", force_multigraph=True)
     assert set(gm.nodes) == set(g.nodes)
     assert set(gm.edges(keys=True)) == set(g.edges(keys=True))
+    # attributes come back typed: booleans as booleans (the string 'False' would be truthy), field
+    # tuples as comma-joined names
+    for u, v, k, d in g.edges(keys=True, data=True):
+        back_d = gm.edges[u, v, k]
+        assert back_d["cross_domain"] is d["cross_domain"]
+        assert back_d["fields"] == ",".join(d["fields"])
+    assert all(gm.nodes[n]["mutating"] is g.nodes[n]["mutating"] for n in g)
     png = (out / "api_graph.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
 
@@ -117,8 +124,25 @@ def test_rods_graph_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str], suit
     assert f"edges               {suite.graph.number_of_edges()}" in out
     assert "cross-domain edges" in out and "wrote png" in out
     _check_exports(suite.graph, tmp_path)
-    assert main(["graph", "--json", "--samples", "2"]) == 0
-    stats = json.loads(capsys.readouterr().out)
+    assert main(["graph", "--json", "--samples", "2", "--out", str(tmp_path / "again")]) == 0
+    captured = capsys.readouterr()
+    stats = json.loads(captured.out)  # with --json, stdout is the JSON alone; "wrote ..." goes to stderr
+    assert "wrote png" in captured.err
     assert stats["tools"] == len(suite.tools)
     assert set(stats["sampled_signatures_per_depth"]) == {str(d) for d in range(1, 7)}
     assert all(1 <= n <= 2 for n in stats["sampled_signatures_per_depth"].values())
+
+
+def test_rods_graph_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A file given as --out, and an unknown option, are one-line errors with the graph command's usage."""
+    from rods_gym.cli import main
+
+    target = tmp_path / "taken.txt"
+    target.write_text("keep me")
+    assert main(["graph", "--out", str(target), "--samples", "0"]) == 2
+    assert "--out" in capsys.readouterr().err and target.read_text() == "keep me"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["graph", "--bogus"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage: rods graph" in err and "unrecognized arguments: --bogus" in err

@@ -138,6 +138,13 @@ def test_parse_shorthand_types(suite) -> None:
     assert parse_shorthand("thanks, that is all", suite, "chat") is None
     assert parse_shorthand("get_order is done", suite, "chat") is None  # not key=value pairs
     assert parse_shorthand("I can't do 'that", suite, "chat") is None  # unbalanced quote: plain text
+    # a mistyped tool name with key=value arguments is still a call (the env answers unknown_tool),
+    # not a reply that would end the episode
+    typo = parse_shorthand("get_ordr order_id=ORD-1", suite, "chat")
+    assert typo is not None and json.loads(typo[len("<tool_call>"):-len("</tool_call>")])["name"] == "get_ordr"
+    assert parse_shorthand("get_ordr order_id=$1", suite, "compact") == "call get_ordr order_id $1"
+    assert parse_shorthand("get_ordr", suite, "chat") is None  # one unknown word: a reply
+    assert parse_shorthand("the answer is x=3", suite, "chat") is None  # not name + key=value pairs
 
 
 def test_play_missing_split_is_reported(monkeypatch, capsys, tmp_path) -> None:

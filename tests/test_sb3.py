@@ -63,3 +63,16 @@ def test_action_masker_and_masks_agree() -> None:
         assert base.action_space.contains(action)
         _, _, done, infos = vec.step(action[None])
         assert infos[0]["error"] not in ("malformed", "unknown_tool", "unavailable_tool")
+
+
+def test_make_vec_env_from_an_id() -> None:
+    """stable-baselines3's ``make_vec_env`` asks every env for ``render_mode="rgb_array"``: the id alone works,
+    and frames come back as images."""
+    from stable_baselines3.common.env_util import make_vec_env
+
+    vec = make_vec_env("rods/ToolChain-Easy-Structured-v0", n_envs=2, seed=0)
+    obs = vec.reset()
+    assert obs["available"].shape[0] == 2
+    frames = vec.get_images()
+    assert len(frames) == 2 and all(f.shape == (480, 640, 3) for f in frames)
+    vec.close()

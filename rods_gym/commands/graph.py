@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from ..graph import export_graph, graph_stats
 from ..sampler import SamplerConfig, TaskSampler
@@ -24,6 +25,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.samples < 0:
         print(f"rods graph: error: --samples must be >= 0, got {args.samples}", file=sys.stderr)
+        return 2
+    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
+        print(f"rods graph: error: --out {args.out} is a file; give a directory (it is created if missing)",
+              file=sys.stderr)
         return 2
     suite = Suite.load(args.domains)
     stats = graph_stats(suite.graph)
@@ -50,6 +55,6 @@ def run(args: argparse.Namespace) -> int:
               + f"   (distinct signatures among {args.samples} sampled tasks per depth)")
     if args.out:
         paths = export_graph(suite.graph, args.out)
-        for kind, path in paths.items():
-            print(f"wrote {kind:8s} {path}")
+        for kind, path in paths.items():  # with --json, stdout holds the JSON alone
+            print(f"wrote {kind:8s} {path}", file=sys.stderr if args.json else sys.stdout)
     return 0

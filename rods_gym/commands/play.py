@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import sys
 from typing import Any, Callable
@@ -28,6 +29,7 @@ from ..sampler import DIFFICULTIES
 from ..suite import Suite
 
 SPLITS = ("train", "dev", "test", "ood")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 MAX_INPUT_LINES = 2000  # bounds the loop even when meta commands never end the episode
 META_HELP = ":tools  show the tools   :hint  the oracle's next action   :help  this text   :quit  stop"
 
@@ -66,15 +68,19 @@ def parse_shorthand(line: str, suite: Suite, mode: str) -> str | None:
         words = shlex.split(line)
     except ValueError:  # unbalanced quotes: plain text
         return None
-    if not words or words[0] not in suite.tools or not all("=" in w for w in words[1:]):
+    if not words or not all("=" in w for w in words[1:]):
         return None
-    tool = suite.tools[words[0]]
+    # a known tool, or a name with key=value arguments: a call (to a mistyped tool, the environment
+    # answers unknown_tool), never a reply that would end the episode
+    if words[0] not in suite.tools and not (len(words) > 1 and _IDENTIFIER.fullmatch(words[0])):
+        return None
+    name = words[0]
     pairs = [w.split("=", 1) for w in words[1:]]
     if mode == "compact":
-        return " ".join(["call", tool.name] + [x for k, v in pairs for x in (k, v)])
-    props = tool.parameters["properties"]
+        return " ".join(["call", name] + [x for k, v in pairs for x in (k, v)])
+    props = suite.tools[name].parameters["properties"] if name in suite.tools else {}
     args = {k: _coerce(v, props.get(k)) for k, v in pairs}
-    return "<tool_call>" + json.dumps({"name": tool.name, "arguments": args}) + "</tool_call>"
+    return "<tool_call>" + json.dumps({"name": name, "arguments": args}) + "</tool_call>"
 
 
 def describe_tools(env: ToolChainEnv) -> str:

@@ -56,8 +56,8 @@ def _load(spec: str) -> list[TaskSpec]:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.n < 0:
-        print(f"rods synth: --n must be >= 0, got {args.n}", file=sys.stderr)
+    if args.n < 1:
+        print(f"rods synth: error: --n must be >= 1 (an empty set is no training data), got {args.n}", file=sys.stderr)
         return 2
     try:
         tiers = tuple(int(x) for x in args.tiers.split(",") if x.strip())

@@ -3,9 +3,13 @@
 An action is either one tool call, written as JSON ``{"name": ..., "arguments": {...}}``
 (bare, in a ```json fence, or inside ``<tool_call>...</tool_call>`` tags), or plain text to
 the user: text ending in ``?`` is a question, anything else is the reply to the current
-request. The observation is the text of the messages the step added; the whole
-conversation is ``env.unwrapped.messages`` and the tool schemas ``env.unwrapped.tools``
-(both in chat-template form); ``info["new_messages"]`` holds the step's messages.
+request. Text shaped like a tool call that does not parse (a truncated tag, a stray
+``</tool_call>``, an object, a list of objects) is a ``malformed`` error unless it is one valid
+call, never a reply; any other text, ``null``, ``42`` or ``[]`` (nothing found) included, is a
+message to the user. The observation is the text of the messages the environment added (tool results,
+errors, user turns); the whole conversation, the agent's own messages included, is
+``env.unwrapped.messages`` and the tool schemas ``env.unwrapped.tools`` (both in chat-template
+form); ``info["new_messages"]`` holds the environment's messages of the step.
 """
 
 from __future__ import annotations
@@ -39,11 +43,17 @@ SYSTEM_PROMPT = (
 _OUTSIDE = re.compile(r"[^\x20-\x7e\t\n\r\x0b\x0c]")
 
 
+def _escape(match: re.Match[str]) -> str:
+    return match.group().encode("unicode_escape").decode("ascii")
+
+
 def sanitize(text: str, limit: int = MAX_OBS_CHARS) -> str:
-    """Keep observations inside the Text space: printable ASCII, bounded length."""
+    """Keep observations inside the Text space: printable ASCII (other characters as Python escapes,
+    ``\u00e9``, as the JSON of tool results shows them), bounded length."""
+    text = _OUTSIDE.sub(_escape, text)
     if len(text) > limit:
         text = text[: limit - 15] + " ...[truncated]"
-    return _OUTSIDE.sub("?", text)
+    return text
 
 
 def _no_constants(name: str) -> Any:
@@ -111,6 +121,8 @@ def parse_chat_action(action: Any) -> Action:
         if body.startswith("json"):
             body = body[4:]
         return parse_tool_json(body.strip())
+    if close_tag in text:
+        return Invalid("malformed", "</tool_call> without an opening <tool_call>")
     if text.startswith("{") or _is_call_list(text):
         return parse_tool_json(text)
     if not text:
