@@ -1,6 +1,7 @@
 """Data efficiency of the curricula: arms x seeds at equal rollout budgets (README, "Benchmarks").
 
-    python benchmarks/data_efficiency.py --scale smoke                 # CI, under a minute
+    python benchmarks/data_efficiency.py --scale smoke                 # CI, under a minute (plumbing only)
+    python benchmarks/data_efficiency.py --scale smoke --results none  # the same, RESULTS.md left as it is
     python benchmarks/data_efficiency.py --scale cpu --jobs 2          # all arms x 3 seeds, 26 min measured on 2 cores (RESULTS.md)
     python benchmarks/data_efficiency.py --scale gpu                   # a real instruct model (see configs/gpu.yaml)
     python benchmarks/data_efficiency.py --scale cpu --report-only     # tables and plots from the runs so far
@@ -93,6 +94,8 @@ class Scale:
         unknown = sorted(set(self.arms) - set(ARMS))
         if unknown or not self.arms:
             raise ValueError(f"{where}: arms must be a non-empty subset of {ARMS}, got unknown {unknown}")
+        if len(set(self.arms)) != len(self.arms):
+            raise ValueError(f"{where}: arms must be distinct, got {list(self.arms)}")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"{where}: seeds must be a non-empty list of distinct ints, got {list(self.seeds)}")
         if self.rollout_budget < 1:
@@ -247,6 +250,9 @@ def run_benchmark(scale: Scale, out: Path, *, log: Callable[[str], None] = print
                 f = out / f"seed{s}" / arm / RUN_FILE
                 if f.exists():
                     runs[arm][s] = json.loads(f.read_text())
+        if not warm:
+            raise ValueError(f"--report-only: {out} holds no finished warm start (seed<k>/warm_start/{WARM_FILE}) "
+                             f"of seeds {list(scale.seeds)}; run without --report-only first")
         return {"warm": warm, "runs": runs, "failures": failures}
 
     pool = _pool(scale.jobs)
@@ -454,20 +460,25 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def apply_args(scale: Scale, args: argparse.Namespace) -> Scale:
-    kw: dict[str, Any] = {}
-    if args.arms:
+    kw: dict[str, Any] = {}  # an option given is applied, 0 and '' included: the scale's checks then name it
+    if args.arms is not None:
         kw["arms"] = tuple(a.strip() for a in args.arms.split(",") if a.strip())
-    if args.seeds:
-        kw["seeds"] = tuple(int(s) for s in args.seeds.split(",") if s.strip())
-    if args.budget:  # evaluation points scale with it, on the grid of the scale's points (whole GRPO steps)
+    if args.seeds is not None:
+        try:
+            kw["seeds"] = tuple(int(s) for s in args.seeds.split(",") if s.strip())
+        except ValueError:
+            raise ValueError(f"--seeds {args.seeds!r}: give comma-separated integers") from None
+    if args.budget is not None and args.budget < 1:
+        raise ValueError(f"--budget must be >= 1 rollout, got {args.budget}")
+    if args.budget is not None:  # evaluation points scale with it, on the grid of the scale's points (whole GRPO steps)
         grid = math.gcd(*scale.eval_at)
         factor = args.budget / scale.rollout_budget
         points = {max(grid, grid * round(p * factor / grid)) for p in scale.eval_at[:-1]}
         kw["rollout_budget"] = args.budget
         kw["eval_at"] = tuple(sorted({p for p in points if p < args.budget} | {args.budget}))
-    if args.jobs:
+    if args.jobs is not None:
         kw["jobs"] = args.jobs
-    if args.threads:
+    if args.threads is not None:
         kw["threads"] = args.threads
     return dataclasses.replace(scale, **kw) if kw else scale
 

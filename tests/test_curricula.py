@@ -233,3 +233,29 @@ def test_trainer_registry_builds_every_arm(seeds: list[TaskSpec], tmp_path: Path
         make_source("rods", cfg("rods", {"group_size": 8}), seeds, 0)
     with pytest.raises(ValueError, match="path is required"):
         make_source("offline", cfg("offline", {}), seeds, 0)
+
+
+def test_resume_refuses_another_source_before_any_work(seeds: list[TaskSpec], tmp_path: Path) -> None:
+    """``check_source_resumes``: the source a resumed run names must take the checkpoint's state (same curriculum,
+    same options); otherwise one ValueError that says so, before the warm start and the evaluation run."""
+    import torch
+
+    from rods_gym.trainer.checkpoint import STATE_FILE, check_source_resumes
+    from rods_gym.trainer.config import DataConfig, TrainConfig
+    from rods_gym.trainer.sources import make_source
+
+    def source(name: str, options: dict) -> TaskSource:
+        cfg = TrainConfig(data=DataConfig(env_id="rods/ToolChain-Compact-v0", source=name, source_options=options))
+        return make_source(name, cfg, seeds, 0)
+
+    saved = source("rods", {"synth_every": 3})
+    saved.next_batch(0, 4)
+    check_source_resumes(tmp_path, saved)  # no checkpoint yet: nothing to check
+    ckpt = tmp_path / "checkpoints" / "step-000001"
+    ckpt.mkdir(parents=True)
+    torch.save({"source": saved.state_dict()}, ckpt / STATE_FILE)
+    check_source_resumes(tmp_path, source("rods", {"synth_every": 3}))
+    with pytest.raises(ValueError, match=r"--resume: checkpoint step-000001 .*different RODSConfig \(fields \['synth_every'\]\)"):
+        check_source_resumes(tmp_path, source("rods", {"synth_every": 5}))
+    with pytest.raises(ValueError, match="--resume: checkpoint step-000001 holds the state of another task source"):
+        check_source_resumes(tmp_path, source("fixed", {}))

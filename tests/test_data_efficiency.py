@@ -186,6 +186,24 @@ def test_scale_files_are_valid_and_errors_name_the_problem(de, tmp_path: Path) -
         de.main.load_scale(str(bad))
 
 
+def test_command_line_options_are_applied_or_refused(de, tmp_path: Path) -> None:
+    """An option given is applied, 0 and '' included (never taken as "not given"); what the scale cannot take is
+    a ValueError naming it."""
+    smoke = de.main.load_scale("smoke")
+
+    def scale(*argv: str):
+        return de.main.apply_args(smoke, de.main.parse_args(list(argv)))
+
+    assert scale("--budget", "16").rollout_budget == 16 and scale("--jobs", "2").jobs == 2
+    for argv, words in ((["--budget", "0"], "--budget must be >= 1"), (["--jobs", "0"], "jobs and threads must be >= 1"),
+                        (["--seeds", ""], "seeds must be a non-empty list"), (["--seeds", "a,b"], "comma-separated integers"),
+                        (["--arms", "rods,rods"], "arms must be distinct")):
+        with pytest.raises(ValueError, match=words):
+            scale(*argv)
+    with pytest.raises(ValueError, match="--report-only: .* holds no finished warm start"):
+        de.main.run_benchmark(smoke, tmp_path / "empty", report_only=True)
+
+
 # -- end to end ------------------------------------------------------------------------------------
 def _tiny_scale(tmp_path: Path, arms: list[str], seeds: list[int], eval_at: list[int]) -> Path:
     smoke = yaml.safe_load((BENCHMARKS_DIR / "configs" / "smoke.yaml").read_text())

@@ -108,6 +108,12 @@ def test_an_interrupted_rods_synth_leaves_no_partial_set(tmp_path: Path, seeds: 
     assert main(argv) == 0 and len(read_jsonl(out)) == 50
 
 
+def test_rods_synth_refuses_an_empty_set(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "empty.jsonl"
+    assert main(["synth", "--n", "0", "--out", str(out), "--no-progress"]) == 2
+    assert "--n must be >= 1" in capsys.readouterr().err and not out.exists()
+
+
 def test_rods_graph_refuses_a_negative_sample_count(capsys) -> None:
     assert main(["graph", "--samples", "-1"]) == 2
     assert "--samples must be >= 0, got -1" in capsys.readouterr().err

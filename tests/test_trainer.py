@@ -262,7 +262,7 @@ def test_pipeline_runs_the_chat_view_end_to_end(tmp_path: Path, monkeypatch: pyt
         assert sft_threads == [2] and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
-    assert summary["grpo_steps"] == 2 and summary["episodes"] == 8
+    assert summary["grpo_steps"] == 2 and summary["episodes"] == summary["rollouts"] == 8
     assert set(summary["before"]) == set(summary["after"]) == {"dev"}
     for when in ("before", "after"):  # eval.samples: 2 sampled episodes per task beside the greedy one
         assert summary[when]["dev"]["episodes"] == 2

@@ -10,6 +10,7 @@ previous checkpoint intact.
 
 from __future__ import annotations
 
+import copy
 import os
 import random
 import shutil
@@ -101,3 +102,21 @@ def load_rank_rng(path: Path, rank: int, generator: torch.Generator) -> None:
         raise FileNotFoundError(f"checkpoint {path} has no RNG state for process {rank}; it was written by a run "
                                 "with fewer processes (resume with the same number of processes)")
     generator.set_state(torch.load(file, map_location="cpu", weights_only=False)["generator"])
+
+
+def check_source_resumes(run_dir: str | Path, source: Any) -> None:
+    """Before any work: the task source the config names can take the state of the run's latest GRPO checkpoint
+    (the same curriculum with the same options). Otherwise a ``ValueError`` saying so, instead of a failure
+    after the warm start and the evaluation before GRPO. A run with no checkpoint yet has nothing to check."""
+    ckpt = latest_checkpoint(Path(run_dir) / "checkpoints")
+    if ckpt is None or source is None:
+        return
+    saved = load_trainer_state(ckpt).get("source")
+    try:
+        copy.deepcopy(source).load_state_dict(saved)
+    except (ValueError, KeyError, TypeError) as exc:
+        detail = f"its state has no {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise ValueError(f"--resume: checkpoint {ckpt.name} holds the state of another task source or other "
+                         f"data.source_options than this run names ({detail}); resume with the data.source and "
+                         f"data.source_options of {Path(run_dir) / 'config.yaml'}") from None
+

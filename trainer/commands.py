@@ -252,6 +252,10 @@ def run_train(args: argparse.Namespace) -> int:
     cfg = _config_or_exit(args, "train")
     apply_threads(cfg)
     inputs = _or_exit("train", lambda: prepare_inputs(cfg))
+    if args.resume:
+        from .checkpoint import check_source_resumes
+
+        _or_exit("train", lambda: check_source_resumes(cfg.run_dir, inputs.source))
     with _resumable("train", cfg.run_dir):
         summary = run_training(cfg, resume=args.resume, inputs=inputs)
     return 0 if summary else 1

@@ -403,7 +403,9 @@ def run_training(cfg: TrainConfig, *, resume: bool = False, inputs: RunInputs | 
         "name": cfg.name, "env_id": cfg.data.env_id, "policy": policy.name, "parameters": n_params,
         "processes": accelerator.num_processes, "sft": sft_record, "grpo_steps": loop.steps_done,
         "grpo_seconds_this_run": grpo_seconds, "stopped_by_time": loop.stopped_by_time,
-        "episodes": sum(h["episodes"] for h in loop.history), "before": before, "after": after,
+        # episodes: the steps' batches (n * G each); rollouts: every episode generated, refills and branches included
+        "episodes": sum(h["episodes"] for h in loop.history), "rollouts": sum(h.get("rollouts", h["episodes"]) for h in loop.history),
+        "before": before, "after": after,
         "job_seconds_this_run": time.perf_counter() - t_job,
     }
     if accelerator.is_main_process:
@@ -413,7 +415,9 @@ def run_training(cfg: TrainConfig, *, resume: bool = False, inputs: RunInputs | 
         plot_training_curve(loop.history, points, run_dir / "training_curve.png",
                             title=f"{cfg.name}: {policy.name} on {cfg.data.env_id}")
     log(_success_table(before, after))
-    log(f"GRPO: {loop.steps_done} step{'' if loop.steps_done == 1 else 's'}, {summary['episodes']} episodes, {grpo_seconds:.0f}s; "
+    extra = summary["rollouts"] - summary["episodes"]
+    episodes = f"{summary['episodes']} episodes" + (f" (+{extra} more rolled out: refills or branches)" if extra else "")
+    log(f"GRPO: {loop.steps_done} step{'' if loop.steps_done == 1 else 's'}, {episodes}, {grpo_seconds:.0f}s; "
         f"job {summary['job_seconds_this_run']:.0f}s; curve {run_dir / 'training_curve.png'}")
     if loop.stopped_by_time:
         log(f"note: GRPO stopped at step {loop.steps_done} of {cfg.steps}: time_limit_min={cfg.time_limit_min:g} "

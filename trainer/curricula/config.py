@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 KAPPA_RULES = ("calibrate", "quantile", "fixed")
@@ -60,6 +60,22 @@ class RODSConfig:
         def need(ok: bool, what: str) -> None:
             if not ok:
                 raise ValueError(f"RODSConfig.{what}")
+
+        for f in fields(self):  # the type of each default, so that a YAML typo is named, not a failed comparison
+            value, default = getattr(self, f.name), f.default
+            if isinstance(default, bool):
+                ok = isinstance(value, bool)
+            elif isinstance(default, int):
+                ok = isinstance(value, int) and not isinstance(value, bool)
+            elif isinstance(default, float):
+                ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            elif isinstance(default, tuple):
+                ok = isinstance(value, tuple) and len(value) == len(default) and all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+            else:
+                ok = isinstance(value, type(default))
+            need(ok, f"{f.name} must be {type(default).__name__}"
+                 + (f" of {len(default)} numbers" if isinstance(default, tuple) else "") + f", got {value!r}")
 
         need(self.group_size >= 2, f"group_size must be >= 2 (variance needs two returns), got {self.group_size}")
         need(0.0 < self.ema_rate <= 1.0, f"ema_rate must lie in (0, 1], got {self.ema_rate}")

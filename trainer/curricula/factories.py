@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import gymnasium as gym
 
+from rods_gym.augment import AugmentConfig
 from rods_gym.resampler import NaiveResampler, Resampler, ResamplerConfig, held_out_tasks, held_out_tools
 from rods_gym.suite import Suite, default_suite
 from rods_gym.task import TaskSpec
@@ -93,8 +94,19 @@ def _rods_like(cls: type[RODSSource], naive: bool) -> Callable[["TrainConfig", S
     return factory
 
 
+# RODSConfig fields that only synthesis reads: the replay-only ablation refuses them rather than ignore them
+SYNTHESIS_FIELDS = ("synthesize", "synth_every", "variants_per_parent", "parents_per_round", "max_generation",
+                    "lineage_cap", "signature_cap", "min_admission_yield",
+                    "yield_window", "stop_patience")
+
+
 def replay_only_source(cfg: "TrainConfig", seeds: Sequence[TaskSpec], rng_seed: int) -> TaskSource:
-    options = _options(cfg, "replay_only", [f.name for f in dataclasses.fields(RODSConfig)])
+    allowed = [f.name for f in dataclasses.fields(RODSConfig) if f.name not in SYNTHESIS_FIELDS]
+    synthesis = sorted(set(cfg.data.source_options) & set(SYNTHESIS_FIELDS))
+    if synthesis:
+        raise ValueError(f"data.source_options: the replay_only ablation never synthesizes, so {synthesis} would do "
+                         "nothing; drop them (data.source=rods synthesizes)")
+    options = _options(cfg, "replay_only", allowed)
     return ReplayOnlySource(seeds, rods_config(cfg, options), rng_seed)
 
 
@@ -111,6 +123,11 @@ def augmented_env_id(env_id: str) -> str:
 def augment_source(cfg: "TrainConfig", seeds: Sequence[TaskSpec], rng_seed: int) -> TaskSource:
     options = _options(cfg, "augment", ["augment"])
     env_kwargs = {"augment": dict(options["augment"])} if "augment" in options else {}
+    if env_kwargs:  # checked now, not when the first env is built after the warm start
+        try:
+            AugmentConfig(**env_kwargs["augment"])
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"data.source_options.augment: {exc}") from None
     return AugmentedSeeds(seeds, rng_seed, env_id=augmented_env_id(cfg.data.env_id), env_kwargs=env_kwargs)
 
 

@@ -61,6 +61,10 @@ class RODSSource:
             raise ValueError(f"{type(self).__name__}: config.synthesize is on but no resampler was given")
         if rng_seed < 0:
             raise ValueError(f"rng_seed must be >= 0, got {rng_seed}")
+        if config.synthesize and config.capacity <= len(seeds):
+            raise ValueError(f"RODSConfig.capacity={config.capacity} leaves no room beside the {len(seeds)} seed tasks, "
+                             "which are never evicted: every synthetic task would be evicted on arrival; raise it "
+                             f"above {len(seeds)} (default 800)")
         dup = [k for k, v in Counter(t.id for t in seeds).items() if v > 1]
         if dup:
             raise ValueError(f"seed task ids must be unique; repeated: {dup[:5]}")
