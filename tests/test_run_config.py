@@ -468,3 +468,23 @@ def test_a_difficulty_in_the_env_id_is_said_to_have_no_effect(tmp_path: Path) ->
     assert "train, eval on test" in message
     assert check_env_difficulty(load_config("default", [])) is None
     assert check_env_difficulty(load_config("chat_tiny", [])) is None  # a shipped config names none
+
+
+def test_resume_from_checkpoints_alone_restores_the_runs_config(tmp_path: Path, capsys) -> None:
+    """A run directory copied with its GRPO checkpoints but not its config.yaml resumes the run the checkpoints
+    hold: the latest checkpoint's saved config is written back (its model, not the default one)."""
+    from rods_gym.trainer.checkpoint import STATE_FILE
+    from rods_gym.trainer.commands import load_from_args
+    from rods_gym.trainer.config import load_config
+
+    run = tmp_path / "copied"
+    cfg = load_config(None, [f"run_dir={run}", "policy.num_layers=1", "steps=7", "data.source=fixed"])
+    ckpt = run / "checkpoints" / "step-000003"
+    ckpt.mkdir(parents=True)
+    torch.save({"config": cfg.to_dict()}, ckpt / STATE_FILE)
+    args = build_parser().parse_args(["train", "--run-dir", str(run), "--resume", "steps=9"])
+    resumed = load_from_args(args)
+    out = capsys.readouterr().out
+    assert "restored it from the config checkpoint step-000003 was saved with" in out
+    assert (resumed.policy.num_layers, resumed.data.source, resumed.steps) == (1, "fixed", 9)
+    assert load_config(run / "config.yaml").policy.num_layers == 1

@@ -674,7 +674,8 @@ def test_a_job_killed_in_its_warm_start_resumes_there(tmp_path: Path, monkeypatc
     sft_curve = scalars(tmp_path / "run" / "tensorboard" / "sft", "sft/loss")
     assert [s for s, _ in sft_curve] == [1, 2, 3, 4]
     assert [v for _, v in sft_curve] == pytest.approx([r["loss"] for r in clean_log], abs=1e-6)
-    assert [s for s, _ in scalars(tmp_path / "run" / "tensorboard" / "before_after", "eval_dev/success")] == [0, 1, 2]
+    # the before point, and the after point of this finish only (not the step-1 finish this run extended)
+    assert [s for s, _ in scalars(tmp_path / "run" / "tensorboard" / "before_after", "eval_dev/success")] == [0, 2]
     assert [s for s, _ in scalars(tmp_path / "run" / "tensorboard", "train/reward_mean")] == [1, 2]
 
 
@@ -824,6 +825,12 @@ def test_rods_sft_reports_the_jobs_evaluation_and_train_resume_reuses_it(tmp_pat
     assert len(calls) == 1  # only the evaluation after GRPO
     assert json.loads((run / "eval_before.json").read_text()) == saved
     assert read_jsonl(run / "metrics.jsonl")[0]["success"] == pytest.approx(dev["success"])
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    board = EventAccumulator(str(run / "tensorboard" / "before_after"))
+    board.Reload()  # the before point of the rods sft evaluation is charted too, not only the after point
+    assert [(e.step, e.value) for e in board.Scalars("eval_dev/success")][0] == (0, pytest.approx(dev["success"]))
+    assert [e.step for e in board.Scalars("eval_dev/success")] == [0, 1]
 
     calls.clear()
     assert main(["train", "--run-dir", str(run), "--resume", "seed=1", "steps=2"]) == 0

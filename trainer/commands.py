@@ -51,6 +51,8 @@ def load_from_args(args: argparse.Namespace, *, run_config: bool = False) -> Any
         return cfg
     saved = Path(cfg.run_dir) / "config.yaml"
     if not saved.exists():
+        restore_config_from_checkpoint(Path(cfg.run_dir))
+    if not saved.exists():
         found = [name for name in RESUMABLE if (Path(cfg.run_dir) / name).exists()]
         if not found:
             raise ValueError(f"--resume: {cfg.run_dir} holds no run to resume (no config.yaml, "
@@ -79,6 +81,22 @@ def load_from_args(args: argparse.Namespace, *, run_config: bool = False) -> Any
         print(f"resume: note: the warm start is done (sft_policy/ is reused), so {', '.join(late)} "
               f"{'is' if len(late) == 1 else 'are'} ignored; the run keeps the value{'s' * (len(late) > 1)} it ran with")
     return cfg
+
+
+def restore_config_from_checkpoint(run_dir: Path) -> None:
+    """A run directory copied without its config.yaml but with GRPO checkpoints: write the config the latest
+    checkpoint saved back to config.yaml, so that a resume continues the run it holds (its model, view and
+    source), not the command line's defaults."""
+    from .checkpoint import latest_checkpoint, load_trainer_state
+    from .config import TrainConfig, from_dict, save_config
+
+    ckpt = latest_checkpoint(run_dir / "checkpoints")
+    if ckpt is None:
+        return
+    data = load_trainer_state(ckpt).get("config")
+    if data:
+        save_config(from_dict(TrainConfig, data), run_dir / "config.yaml")
+        print(f"resume: {run_dir} has no config.yaml; restored it from the config checkpoint {ckpt.name} was saved with")
 
 
 def changes_the_weights(key: str, before: Any, after: Any) -> bool:

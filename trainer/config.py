@@ -402,13 +402,37 @@ def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key repeated in one mapping is an error (PyYAML keeps the last
+    value silently: ``grpo: {lr: 1e-4, lr: 2e-4}`` would train at 2e-4)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} appears twice in one mapping",
+                                                        key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def yaml_load(text: str) -> Any:
+    """``yaml.safe_load`` that refuses a key repeated in one mapping."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+
+
 def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items:
         if "=" not in item:
             raise ValueError(f"override {item!r} must look like section.key=value (e.g. grpo.lr=1e-4)")
         key, raw = item.split("=", 1)
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        try:
+            value = yaml_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise ValueError(f"override {key.strip()}={raw}: the value is not valid YAML ({problem})") from None
         if isinstance(value, str) and _looks_numeric(raw):
             value = float(raw)
         set_dotted(out, key.strip(), value)
@@ -459,7 +483,7 @@ def read_config_file(path: str | Path, chain: tuple[Path, ...] = ()) -> dict[str
         raise ValueError(f"config file {p}: its base chain {' -> '.join(str(c) for c in (*chain, p))} "
                          f"{'loops' if p in chain else f'is deeper than {MAX_BASE_DEPTH}'}")
     try:
-        loaded = yaml.safe_load(p.read_text()) or {}
+        loaded = yaml_load(p.read_text()) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

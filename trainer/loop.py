@@ -323,6 +323,8 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         set_global_rng_state(state["global_rng"])
         load_rank_rng(ckpt, rank, generator)
         start_step, history, evals = int(state["step"]), list(state["history"]), list(state["evals"])
+        if main:
+            print(f"resume: GRPO continues from checkpoint {ckpt.name} (step {start_step} of {cfg.steps})", flush=True)
     model, optimizer = accelerator.prepare(policy.model, optimizer)
     optimizer.zero_grad(set_to_none=True)
     unwrapped = accelerator.unwrap_model(model)

@@ -26,7 +26,7 @@ import rods_gym  # noqa: F401  (registers the environments)
 from rods_gym.registration import DIFFICULTY_NAMES
 from rods_gym.task import TaskSpec
 
-from .checkpoint import refuse_stale_checkpoints
+from .checkpoint import latest_checkpoint, refuse_stale_checkpoints
 from .config import TrainConfig, save_config
 from .evaluation import evaluate_sets, figures_line
 from .loop import LoopResult, check_source_fits_rollout, env_kwargs, eval_scalars, evaluation_engine, grpo_train
@@ -104,21 +104,26 @@ def curve_points(before: Mapping[str, Any], after: Mapping[str, Any], evals: Seq
 
 
 def log_before_after(cfg: TrainConfig, run_dir: Path, before: Mapping[str, Any], after: Mapping[str, Any],
-                     steps: int, *, before_is_new: bool = True) -> None:
+                     steps: int) -> None:
     """The evaluations before and after GRPO as eval lines of ``metrics.jsonl`` (``"phase"``: before/after;
     the file is rewritten in step order) and TensorBoard's ``eval_<split>`` charts at step 0 and the last
     step, beside the periodic ones, from a run directory of their own (``tensorboard/before_after``: no
     purge of a resumed GRPO phase touches them, whatever the order TensorBoard reads event files in).
-    ``before_is_new=False`` (a resumed job reusing eval_before.json): its point is already there."""
+    That directory is written anew each time, so it holds this run's two points only: the before point of a
+    warm start from ``rods sft`` or of a job killed before its end included, and no "after" point of an
+    earlier, shorter run or of an earlier finish of the same run."""
     def lines(phase: str, step: int, results: Mapping[str, Any]) -> list[dict[str, Any]]:
         return [{"step": step, "split": split, "phase": phase, **eval_scalars(res)} for split, res in results.items()]
 
     first, last = lines("before", 0, before), lines("after", steps, after)
     path = run_dir / "metrics.jsonl"
     logged = [r for r in read_jsonl(path) if "phase" not in r]
-    logger = MetricsLogger(path, run_dir / "tensorboard" / "before_after" if cfg.tensorboard else None)
+    board = run_dir / "tensorboard" / "before_after"
+    if cfg.tensorboard and board.exists():
+        shutil.rmtree(board)
+    logger = MetricsLogger(path, board if cfg.tensorboard else None)
     logger.rewrite([*first, *logged, *last])
-    for rec in (first if before_is_new else []) + last:
+    for rec in first + last:
         logger.log_scalars(rec, rec["step"], prefix=f"eval_{rec['split']}")
     logger.close()
 
@@ -154,9 +159,13 @@ def warm_start(cfg: TrainConfig, policy: Policy, seeds: list, accelerator: Accel
     ``sft_policy/``. Returns its record."""
     sft_dir, ckpt_dir = run_dir / "sft_policy", run_dir / "sft_checkpoint"
     main = accelerator.is_main_process
+    if resume and not (sft_dir / "config.json").exists() and latest_checkpoint(run_dir / "checkpoints") is not None:
+        log(f"resume: {run_dir} holds GRPO checkpoints but no finished warm start (sft_policy/): it is trained again "
+            "(deterministically, as the run trained it) to measure the policy before GRPO; copy sft_policy/ and "
+            "eval_before.json with the checkpoints to skip that")
     if resume and (sft_dir / "config.json").exists():
         policy.model.load_state_dict(load_policy(sft_dir, dtype=cfg.policy.dtype).model.state_dict())
-        log(f"sft: resumed the warm start from {sft_dir}")
+        log(f"sft: the warm start is done; its policy is loaded from {sft_dir}")
         return json.loads((run_dir / "sft.json").read_text()) if (run_dir / "sft.json").exists() else {}
     if not resume and main and ckpt_dir.exists():  # a new run's warm start starts over
         shutil.rmtree(ckpt_dir)
@@ -377,6 +386,9 @@ def run_training(cfg: TrainConfig, *, resume: bool = False, inputs: RunInputs | 
     log(f"policy {policy.name}: {n_params / 1e6:.2f}M parameters, vocabulary {len(policy.tokenizer)}")
     # PPO-ptx (grpo.sft_weight) imitates the warm start's demonstrations during GRPO too: built once
     demos = demonstrations(cfg, policy, seeds) if cfg.grpo.sft_weight > 0 else None
+    if cfg.sft.enabled and cfg.policy.model != "tiny" and not (run_dir / "sft_policy" / "config.json").exists():
+        log(f"note: the warm start trains {cfg.policy.model} further ({cfg.sft.steps} SFT steps at lr {cfg.sft.lr:g}) "
+            "before GRPO; for GRPO alone on it, pass sft.enabled=false")
     sft_record = warm_start(cfg, policy, seeds, accelerator, run_dir, resume, log, demos) if cfg.sft.enabled else {}
 
     engine = evaluation_engine(cfg, policy)
@@ -386,7 +398,6 @@ def run_training(cfg: TrainConfig, *, resume: bool = False, inputs: RunInputs | 
         log(f"resume: {before_file} was measured on other tasks or samples than eval.* and seed now name; the evaluation "
             "before GRPO runs again on the warm start, so before and after compare the same episodes")
         before = None
-    before_is_new = before is None
     if before is None:
         before = job_evaluation(cfg, engine, eval_sets, accelerator)
         if accelerator.is_main_process:
@@ -410,7 +421,7 @@ def run_training(cfg: TrainConfig, *, resume: bool = False, inputs: RunInputs | 
     }
     if accelerator.is_main_process:
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-        log_before_after(cfg, run_dir, before, after, loop.steps_done, before_is_new=before_is_new)
+        log_before_after(cfg, run_dir, before, after, loop.steps_done)
         points = curve_points(before, after, loop.evals, loop.steps_done, cfg.rollout.temperature)
         plot_training_curve(loop.history, points, run_dir / "training_curve.png",
                             title=f"{cfg.name}: {policy.name} on {cfg.data.env_id}")
