@@ -130,6 +130,9 @@ def test_missing_policy_names_the_path_and_the_offline_hint(tmp_path: Path) -> N
         load_policy(tmp_path / "run")
     with pytest.raises(FileNotFoundError, match="not a save_pretrained directory \\(no config.json\\)$"):
         load_policy(tmp_path / "run" / "sft_policy")  # empty
+    (tmp_path / "run" / "sft_policy" / "config.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match="config.json'.*a file; give the directory that holds it"):
+        load_policy(tmp_path / "run" / "sft_policy" / "config.json")
     with pytest.raises(FileNotFoundError, match="rods-gym-tests/no-such-model.*local_files_only"):  # a hub name, offline
         load_policy("rods-gym-tests/no-such-model")
     with pytest.raises(ValueError, match="structured"):

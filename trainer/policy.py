@@ -143,6 +143,9 @@ def load_policy(name_or_path: str | Path, local_files_only: bool = True, dtype: 
     looks_local = isinstance(name_or_path, Path) or name.startswith(("/", ".", "~")) or name.count("/") > 1
     if looks_local:  # a hub name is owner/name
         name = str(Path(name).expanduser())
+        if Path(name).is_file():
+            raise FileNotFoundError(f"cannot load policy {name!r}: a file; give the directory that holds it "
+                                    f"({Path(name).parent})")
         if not Path(name).is_dir():
             raise FileNotFoundError(f"cannot load policy {name!r}: no such directory (a local policy is a "
                                     "save_pretrained directory, e.g. a run's sft_policy/ or checkpoints/step-N/policy/)")
