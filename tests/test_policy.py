@@ -243,3 +243,19 @@ def test_save_policy_shows_no_progress_bar_and_restores_the_setting(tmp_path, ca
     save_policy(policy, tmp_path / "p")
     assert "Writing model shards" not in capsys.readouterr().err
     assert hf_logging.is_progress_bar_enabled() and (tmp_path / "p" / "config.json").exists()
+
+
+def test_a_policy_evaluated_in_another_view_is_refused(tmp_path: Path, capsys) -> None:
+    """The embedded model records its view in config.json; evaluating a chat policy on the compact view is one
+    line naming both views (it used to run with a misleading action-budget warning)."""
+    from rods_gym.cli import main
+    from rods_gym.trainer.policy import check_policy_view
+
+    chat = load_policy(save_policy(build_tiny_policy(TINY, "chat"), tmp_path / "chat_policy"))
+    assert chat.model.config.rods_gym_view == "chat"
+    check_policy_view(chat, "chat", "rods/ToolChain-Chat-v0")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["evaluate", "--policy", str(tmp_path / "chat_policy"), "--tasks", "2"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "was built for the chat view" in err and "compact view" in err
+    assert "max_action_tokens" not in err

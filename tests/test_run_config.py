@@ -378,15 +378,24 @@ def test_paths_splits_and_envs_that_do_not_exist_are_named(tmp_path: Path, monke
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "rods evaluate: error:" in err and "no such directory" in err and "Traceback" not in err
-    # a compact policy in the structured view: refused in one line; in the chat view: runs, with a warning that
-    # its tokenizer does not know that view's text
+    # a compact policy in the structured view: refused in one line; in the chat view: refused too, since the
+    # embedded model records its view; a policy without that record (saved before it existed) runs there, with
+    # a warning that its tokenizer does not know that view's text
     pol = str(tmp_path / "home" / "pol")
     with pytest.raises(SystemExit) as exit_info:
         main(["evaluate", "--policy", pol, "--tasks", "1", "--env", "rods/ToolChain-Structured-v0"])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "uses the 'structured' view; LLM policies need one of" in err
     assert "Traceback" not in err
-    assert main(["evaluate", "--policy", pol, "--tasks", "1", "--env", "rods/ToolChain-Chat-v0",
+    with pytest.raises(SystemExit) as exit_info:
+        main(["evaluate", "--policy", pol, "--tasks", "1", "--env", "rods/ToolChain-Chat-v0"])
+    assert exit_info.value.code == 2 and "was built for the compact view" in capsys.readouterr().err
+    untagged = tmp_path / "untagged"
+    shutil.copytree(pol, untagged)
+    config = json.loads((untagged / "config.json").read_text())
+    del config["rods_gym_view"]
+    (untagged / "config.json").write_text(json.dumps(config))
+    assert main(["evaluate", "--policy", str(untagged), "--tasks", "1", "--env", "rods/ToolChain-Chat-v0",
                  "rollout.max_turns=1", "rollout.max_action_tokens=2"]) == 0
     assert "rods evaluate: warning: the policy's tokenizer" in capsys.readouterr().err
     assert main(["evaluate", "--policy", pol, "--tasks", "1", "rollout.max_turns=1", "rollout.max_action_tokens=2"]) == 0

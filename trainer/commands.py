@@ -332,7 +332,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from .loop import evaluation_engine
     from .pipeline import (apply_threads, check_action_tokens, check_env_difficulty, check_prompts_fit,
                            check_view_vocabulary, env_mode, job_evaluation, make_accelerator)
-    from .policy import load_policy, make_policy
+    from .policy import check_policy_view, load_policy, make_policy
     from .rollout import MODES
     from .tasks import load_tasks, spread
 
@@ -371,6 +371,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         else:
             policy = make_policy(cfg.policy, mode, slot_ids=cfg.data.slot_ids)
         check_env_difficulty(cfg)  # warnings
+        check_policy_view(policy, mode, cfg.data.env_id)
         check_action_tokens(cfg, policy, mode)
         if saved or cfg.policy.model != "tiny":
             check_view_vocabulary(cfg, policy)

@@ -32,7 +32,7 @@ from .evaluation import evaluate_sets, figures_line
 from .loop import LoopResult, check_source_fits_rollout, env_kwargs, eval_scalars, evaluation_engine, grpo_train
 from .metrics import MetricsLogger, read_jsonl
 from .plots import plot_training_curve
-from .policy import Policy, load_policy, longest_compact_call, make_policy, save_policy
+from .policy import Policy, check_policy_view, load_policy, longest_compact_call, make_policy, save_policy
 from .rollout import RolloutEngine, prompt_overflow
 from .sft import Demo, demonstrations, env_mode, oracle_episode, train_sft
 from .sources import make_source
@@ -274,6 +274,7 @@ def prepare_inputs(cfg: TrainConfig, *, check_source: bool = True) -> RunInputs:
         check_source_fits_rollout(source, cfg.rollout)
     policy = make_policy(cfg.policy, mode, slot_ids=cfg.data.slot_ids)
     check_env_difficulty(cfg)
+    check_policy_view(policy, mode, cfg.data.env_id)
     check_action_tokens(cfg, policy, mode)
     if cfg.policy.model != "tiny":  # the embedded policy is built for this view
         check_view_vocabulary(cfg, policy)

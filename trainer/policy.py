@@ -131,6 +131,7 @@ def build_tiny_policy(cfg: PolicyConfig, mode: str, suite: Suite | None = None, 
     with torch.random.fork_rng(devices=[]):  # seeded init without touching the caller's global RNG
         torch.manual_seed(cfg.init_seed)
         model = AutoModelForCausalLM.from_config(config)
+    model.config.rods_gym_view = mode  # saved in config.json: a policy evaluated in another view is refused
     model.to(DTYPES[cfg.dtype])
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -201,3 +202,14 @@ def save_policy(policy: Policy, path: str | Path) -> Path:
         if shown:
             hf_logging.enable_progress_bar()
     return path
+
+
+def check_policy_view(policy: Policy, mode: str, env_id: str) -> None:
+    """A ``ValueError`` when ``policy`` is an embedded model built for another view than ``env_id``'s (``mode``): its
+    tokenizer spells that view only, so it would run, fail and be reported as a weak policy. Models without the
+    tag (any other causal LM) are not checked here."""
+    view = getattr(policy.model.config, "rods_gym_view", None)
+    if view is not None and view != mode:
+        raise ValueError(f"policy {policy.name} was built for the {view} view, and data.env_id {env_id!r} is the "
+                         f"{mode} view; use a {view}-view environment (e.g. rods/ToolChain-{view.capitalize()}-v0)")
+
