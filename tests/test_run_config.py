@@ -497,3 +497,20 @@ def test_resume_from_checkpoints_alone_restores_the_runs_config(tmp_path: Path, 
     assert "restored it from the config checkpoint step-000003 was saved with" in out
     assert (resumed.policy.num_layers, resumed.data.source, resumed.steps) == (1, "fixed", 9)
     assert load_config(run / "config.yaml").policy.num_layers == 1
+
+
+def test_resume_notes_are_printed_by_the_main_process_only(tmp_path: Path, capsys, monkeypatch) -> None:
+    """Under ``accelerate launch`` every process reads the config; only rank 0 prints what resume found."""
+    from rods_gym.trainer.commands import load_from_args
+    from rods_gym.trainer.config import load_config, save_config
+
+    run = tmp_path / "run"
+    run.mkdir()
+    save_config(load_config(None, [f"run_dir={run}"]), run / "config.yaml")
+    argv = ["train", "--run-dir", str(run), "--resume", "steps=3"]
+    monkeypatch.setenv("RANK", "1")
+    assert load_from_args(build_parser().parse_args(argv)).steps == 3
+    assert capsys.readouterr().out == ""
+    monkeypatch.setenv("RANK", "0")
+    load_from_args(build_parser().parse_args(argv))
+    assert "resume: the run's saved config" in capsys.readouterr().out

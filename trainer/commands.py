@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -57,18 +58,18 @@ def load_from_args(args: argparse.Namespace, *, run_config: bool = False) -> Any
         if not found:
             raise ValueError(f"--resume: {cfg.run_dir} holds no run to resume (no config.yaml, "
                              f"{' or '.join(RESUMABLE)}); check --run-dir, or drop --resume to start a new run")
-        print(f"resume: {cfg.run_dir} has no saved config.yaml; using the command line's config (the finished "
+        note(f"resume: {cfg.run_dir} has no saved config.yaml; using the command line's config (the finished "
               f"phases found there, {', '.join(found)}, are reused)")
         return cfg
     if args.config is not None:
-        print(f"resume: --config {args.config} only located the run directory ({cfg.run_dir}); the run continues "
+        note(f"resume: --config {args.config} only located the run directory ({cfg.run_dir}); the run continues "
               f"with its saved config")
     here = [*overrides, f"run_dir={cfg.run_dir}"]  # the directory it was found in, even if it was copied there
     before = load_config(saved, [f"run_dir={cfg.run_dir}"])
     cfg = load_config(saved, here)
     diff = _diff(before.to_dict(), cfg.to_dict())
     changed = [f"{k}: {a!r} -> {b!r}" for k, (a, b) in diff.items()]
-    print(f"resume: the run's saved config ({saved})" + (", with " + "; ".join(changed) if changed else ""))
+    note(f"resume: the run's saved config ({saved})" + (", with " + "; ".join(changed) if changed else ""))
     fixed = [f"{k}: {a!r} -> {b!r}" for k, (a, b) in diff.items() if changes_the_weights(k, before, cfg)]
     if fixed and any((Path(cfg.run_dir) / name).exists() for name in RESUMABLE):
         raise ValueError(f"--resume: {', '.join(fixed)} would change "
@@ -78,9 +79,16 @@ def load_from_args(args: argparse.Namespace, *, run_config: bool = False) -> Any
     if late and (Path(cfg.run_dir) / "sft_policy" / "config.json").exists():
         # the warm start ran with the saved values: keep them, so that config.yaml stays a true record of the run
         cfg = replace(cfg, sft=replace(cfg.sft, **{k[4:]: getattr(before.sft, k[4:]) for k in late}))
-        print(f"resume: note: the warm start is done (sft_policy/ is reused), so {', '.join(late)} "
+        note(f"resume: note: the warm start is done (sft_policy/ is reused), so {', '.join(late)} "
               f"{'is' if len(late) == 1 else 'are'} ignored; the run keeps the value{'s' * (len(late) > 1)} it ran with")
     return cfg
+
+
+def note(message: str) -> None:
+    """Print ``message`` once per job: on the main process of an ``accelerate launch`` (which sets ``RANK``), alone
+    otherwise. Config notes come before the accelerator exists, so its ``is_main_process`` cannot be asked yet."""
+    if os.environ.get("RANK", "0") == "0":
+        print(message)
 
 
 def restore_config_from_checkpoint(run_dir: Path) -> None:
@@ -96,7 +104,7 @@ def restore_config_from_checkpoint(run_dir: Path) -> None:
     data = load_trainer_state(ckpt).get("config")
     if data:
         save_config(from_dict(TrainConfig, data), run_dir / "config.yaml")
-        print(f"resume: {run_dir} has no config.yaml; restored it from the config checkpoint {ckpt.name} was saved with")
+        note(f"resume: {run_dir} has no config.yaml; restored it from the config checkpoint {ckpt.name} was saved with")
 
 
 def changes_the_weights(key: str, before: Any, after: Any) -> bool:
