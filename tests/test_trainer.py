@@ -541,6 +541,11 @@ def test_periodic_evaluation_logs_its_sampled_figures(task_file: Path, warm_poli
         assert r["episodes"] == 3 and r["sampled_episodes"] == 6 and r["sampled_samples"] == 2
         assert 0.0 <= r["sampled_success"] <= 1.0 and 0.0 <= r["sampled_progress"] <= 1.0
         assert "per_depth" not in r and "sampled" not in r
+    # the job evaluates its final policy itself: without evaluate_last the last step's periodic evaluation is skipped
+    cfg = tiny_config(task_file, tmp_path / "job", steps="2", **{"eval.every": "1", "grpo.beta": "0"})
+    result = grpo_train(cfg, load_policy(warm_policy), seeds, run_dir=cfg.run_dir, accelerator=Accelerator(cpu=True),
+                        eval_sets={"dev": seeds[:3]}, evaluate_last=False)
+    assert [e["step"] for e in result.evals] == [1]
 
 
 def test_kl_run_resumes_from_checkpoints_copied_without_its_reference(task_file: Path, warm_policy: Path,

@@ -267,9 +267,11 @@ def check_source_fits_rollout(source: TaskSource, rollout: RolloutConfig) -> Non
 def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, run_dir: str | Path,
                accelerator: Accelerator, eval_sets: Mapping[str, Sequence[TaskSpec]] | None = None,
                resume: bool = False, source: TaskSource | None = None,
-               demos: Sequence[Demo] | None = None) -> LoopResult:
+               demos: Sequence[Demo] | None = None, evaluate_last: bool = True) -> LoopResult:
     """GRPO on ``source``'s tasks (by default ``data.source`` over ``seeds``). ``demos``: the oracle
-    demonstrations ``grpo.sft_weight`` imitates alongside (PPO-ptx); built from ``sft.data`` when not given."""
+    demonstrations ``grpo.sft_weight`` imitates alongside (PPO-ptx); built from ``sft.data`` when not given.
+    ``evaluate_last=False``: no periodic evaluation (``eval.every``) at the last step, for a caller that
+    evaluates the final policy itself (the job's evaluation after GRPO), instead of the same episodes twice."""
     run_dir = Path(run_dir)
     ckpt_root = run_dir / "checkpoints"
     rank, world = accelerator.process_index, accelerator.num_processes
@@ -542,7 +544,7 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         bar.update(1)
 
         # 5. periodic evaluation and checkpoint
-        if eval_sets and cfg.eval.every and (step + 1) % cfg.eval.every == 0:
+        if eval_sets and cfg.eval.every and (step + 1) % cfg.eval.every == 0 and (evaluate_last or step + 1 < cfg.steps):
             with torch_threads(cfg.eval.threads):
                 res = evaluate_sets(eval_engine, eval_sets, accelerator, cfg.eval.batch_episodes, unwrapped,
                                     cfg.eval.samples, cfg.seed)

@@ -408,7 +408,7 @@ def run_training(cfg: TrainConfig, *, resume: bool = False, inputs: RunInputs | 
 
     t_grpo = time.perf_counter()
     loop: LoopResult = grpo_train(cfg, policy, seeds, run_dir=run_dir, accelerator=accelerator, eval_sets=eval_sets,
-                                  resume=resume, source=inputs.source, demos=demos)
+                                  resume=resume, source=inputs.source, demos=demos, evaluate_last=False)
     grpo_seconds = time.perf_counter() - t_grpo
     after = job_evaluation(cfg, engine, eval_sets, accelerator)
     summary = {
