@@ -16,7 +16,12 @@ TASKSETS_DIR = ROOT / "tasksets"
 SPLITS = ("train", "dev", "test", "ood")
 
 
-def taskset_path(split: str) -> Path:
+def check_split(split: str) -> str:
+    """``split`` when it names a checked-in task set, else a ``ValueError`` listing them."""
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; choose one of {SPLITS}")
-    return TASKSETS_DIR / f"{split}.jsonl"
+    return split
+
+
+def taskset_path(split: str) -> Path:
+    return TASKSETS_DIR / f"{check_split(split)}.jsonl"

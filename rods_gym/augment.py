@@ -418,11 +418,13 @@ class AugmentWrapper(gym.Wrapper):
     def __init__(self, env: gym.Env, config: AugmentConfig | Mapping[str, Any] = AugmentConfig()) -> None:
         super().__init__(env)
         base = env.unwrapped
-        from .env import ToolChainEnv
+        from .env import ToolChainEnv, config_of
 
         if not isinstance(base, ToolChainEnv):
             raise TypeError(f"AugmentWrapper wraps a ToolChainEnv, got {type(base).__name__}")
-        self.config = config if isinstance(config, AugmentConfig) else AugmentConfig(**config)
+        if config is None:
+            raise TypeError("augment must be an AugmentConfig or a dict of its fields, not None")
+        self.config = config_of(AugmentConfig, config, "augment")
         self.rng = np.random.default_rng([self.config.seed, RNG_SALT])
         self.resampler = Resampler(base.suite)
         self.chat = base.mode == "chat"

@@ -136,11 +136,10 @@ class ToolChainEnv(gym.Env):
             raise ValueError(f"unknown reset options {sorted(unknown)}; use 'task' and/or 'split'")
         task = options.get("task")
         split = options.get("split")
-        if split is not None:
-            from rods_gym.envs import SPLITS
+        if split is not None:  # checked even when a task is given, where the split is not loaded
+            from rods_gym.envs import check_split
 
-            if split not in SPLITS:
-                raise ValueError(f"unknown split {split!r} in reset options; choose one of {SPLITS}")
+            check_split(split)
         if isinstance(task, TaskSpec):
             return task
         if isinstance(task, Mapping):
