@@ -56,6 +56,9 @@ class Invalid:
     error: str
     message: str
     params: tuple[str, ...] = ()  # the called tool's parameters the problem concerns, when known
+    # the tool a call named, when the renderer read its name before finding the problem: the episode
+    # then reports an unavailable or locked tool first, as it does for a well-formed call
+    tool: str | None = None
 
 
 Action = ToolCall | Ask | Reply | Invalid
@@ -237,7 +240,8 @@ class Episode:
         elif isinstance(action, Ask):
             self._ask(out)
         elif isinstance(action, Invalid):
-            self._error(out, action.error, action.message, None, action.params)
+            if action.tool is None or self._tool_open(action.tool, out):
+                self._error(out, action.error, action.message, action.tool, action.params)
         else:  # pragma: no cover - renderers only produce the types above
             raise TypeError(f"unknown action {action!r}")
         if out.error == "none":
@@ -265,6 +269,18 @@ class Episode:
             out.terminated = True
         return out
 
+    def _tool_open(self, name: str, out: StepOutcome) -> bool:
+        """Whether the suite's tool ``name`` may be called now; if not, the action is rejected as an
+        unavailable tool (not in this conversation) or a locked one (not enabled by the user yet)."""
+        if name not in self.c.available:
+            self._error(out, "unavailable_tool", f"{name} is not available in this conversation; available: "
+                        f"{', '.join(self.available_tools())}", name)
+            return False
+        if name in self.locked:
+            self._error(out, "locked_tool", f"{name} is not enabled yet; ask the user to enable it", name)
+            return False
+        return True
+
     def _call(self, action: ToolCall, out: StepOutcome) -> None:
         name, args = action.name, action.arguments
         tool = self.tools.get(name)
@@ -272,12 +288,7 @@ class Episode:
             self._error(out, "unknown_tool", f"there is no tool named {_short(name)}; available: "
                         f"{', '.join(self.available_tools())}", None)
             return
-        if name not in self.c.available:
-            self._error(out, "unavailable_tool", f"{name} is not available in this conversation; available: "
-                        f"{', '.join(self.available_tools())}", name)
-            return
-        if name in self.locked:
-            self._error(out, "locked_tool", f"{name} is not enabled yet; ask the user to enable it", name)
+        if not self._tool_open(name, out):
             return
         problem = self.checkers[name].check(args)
         if problem is not None:

@@ -234,6 +234,25 @@ def test_locked_tool_then_unlocked(locked_task) -> None:
     assert term and info["success"]
 
 
+def test_a_locked_or_absent_tool_is_reported_before_its_arguments(locked_task, transfer_task, suite) -> None:
+    """A call of a tool that cannot be called now is rejected as such even when its arguments are bad too
+    (an empty value slot, a repeated argument): availability is checked first, as for a well-formed call."""
+    tool = locked_task.turns[0].locked[0]
+    param = suite.tools[tool].param_names[0]
+    env = _env("compact", locked_task)
+    _rejected(env, f"call {tool} {param} $63", "locked_tool", f"{tool} is not enabled yet")
+    _rejected(env, f"call {tool} {param} $0 {param} $0", "locked_tool")
+    env.step("reply")  # the scripted user enables the tool; now the empty slot is the problem
+    assert tool in env.episode.available_tools()
+    _rejected(env, f"call {tool} {param} $63", "invalid_arguments", "slot $63 is empty", params=(param,))
+    env = _env("structured", locked_task)
+    action = np.zeros(len(env.action_space.nvec), np.int64)
+    action[1], action[2] = suite.tool_index[tool], env.action_space.nvec[2] - 1  # the last slot: empty
+    _rejected(env, action, "locked_tool", f"{tool} is not enabled yet")
+    env = _env("compact", transfer_task)
+    _rejected(env, "call get_customer customer_id $63", "unavailable_tool", "not available in this conversation")
+
+
 def test_tool_not_offered(transfer_task, suite) -> None:
     env = _env("chat", transfer_task)
     _rejected(env, _call("get_customer", {"customer_id": "CUS-1000"}), "unavailable_tool",

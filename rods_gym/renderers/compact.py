@@ -245,16 +245,16 @@ class CompactRenderer(Renderer):
             return ToolCall(name[:60], {})  # the episode reports unknown_tool
         rest = words[2:]
         if len(rest) % 2:
-            return Invalid("malformed", "arguments come in pairs: param $k")
+            return Invalid("malformed", "arguments come in pairs: param $k", tool=name)
         args: dict[str, Any] = {}
         params = self.suite.tools[name].param_names
         for p, s in zip(rest[::2], rest[1::2]):
             named = (p,) if p in params else ()
             if p in args:
-                return Invalid("invalid_arguments", f"argument {p[:30]!r} given twice", named)
+                return Invalid("invalid_arguments", f"argument {p[:30]!r} given twice", named, tool=name)
             value = self._value(s)
             if isinstance(value, Invalid):
-                return Invalid(value.error, value.message, named)
+                return Invalid(value.error, value.message, named, tool=name)
             args[p[:60]] = value
         return ToolCall(name, args)
 

@@ -261,7 +261,7 @@ class StructuredRenderer(Renderer):
         for p, k in zip(params, a[2:]):  # slot k-1 per parameter position (0 = omitted)
             if k:
                 if k > n_values:
-                    return Invalid("invalid_arguments", f"slot {k - 1} for {p!r} is empty")
+                    return Invalid("invalid_arguments", f"slot {k - 1} for {p!r} is empty", tool=name)
                 args[p] = values[k - 1]
         return ToolCall(name, args)
 
