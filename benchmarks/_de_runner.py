@@ -195,7 +195,7 @@ def evaluate_per_task(policy: Policy, cfg: TrainConfig, sets: Mapping[str, Seque
         summary = summarize(trajs)
         out[split] = {"success": [float(t.success) for t in trajs], "progress": [float(t.progress) for t in trajs],
                       "mean_success": summary["success"], "mean_progress": summary["progress"],
-                      "turns": summary["turns"], "error_rate": summary["error_rate"],
+                      "turns": summary["turns"], "tool_error_rate": summary["tool_error_rate"],
                       "per_depth": {str(d): v for d, v in summary["per_depth"].items()}}
     for env in engine.envs:
         env.close()

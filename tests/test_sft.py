@@ -171,7 +171,10 @@ def test_summaries_report_success_per_depth_and_per_turn_type() -> None:
     trajs = [Trajectory(task=t, task_index=i, transcript=Transcript(), success=ok, progress=pr)
              for i, (t, ok, pr) in enumerate([(tool[0], True, 1.0), (tool[1], False, 0.5), (plain[0], False, 0.0),
                                                (plain[1], True, 1.0), (plain[2], True, 1.0), (bare, True, 1.0)])]
+    trajs[0].rewards, trajs[0].rejected = [0.5, 0.0, 0.5], [False, True, False]  # 1 of 3 actions rejected
+    trajs[1].rewards, trajs[1].rejected = [0.5], [False]
     s = summarize(trajs)
+    assert s["tool_error_rate"] == pytest.approx(1 / 4)  # named as in training's metrics.jsonl
     assert s["per_stratum"] == {"missing_tool": {"n": 2, "success": 0.5, "progress": 0.75},
                                 "plain": {"n": 3, "success": pytest.approx(2 / 3), "progress": pytest.approx(2 / 3)}}
     assert sum(v["n"] for v in s["per_depth"].values()) == 6 and s["success"] == pytest.approx(4 / 6)

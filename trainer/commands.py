@@ -404,7 +404,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
             groups = "  ".join([f"d{d} {v['success']:.2f}" for d, v in res["per_depth"].items()]
                                + [f"{name} {v['success']:.2f}" for name, v in res["per_stratum"].items()])
             print(f"{split:6s} success {res['success']:.3f}  progress {res['progress']:.3f}  turns {res['turns']:.1f}  "
-                  f"errors/action {res['error_rate']:.3f}  ({res['episodes']} tasks)  {groups}")
+                  f"tool errors/action {res['tool_error_rate']:.3f}  ({res['episodes']} tasks)  {groups}")
             if "sampled" in res:
                 sampled = res["sampled"]
                 print(f"{split:6s} sampled x{sampled['samples']} at T={cfg.rollout.temperature:g}: success "

@@ -43,7 +43,7 @@ def summarize(trajs: Sequence[Trajectory]) -> dict[str, Any]:
         "success": float(np.mean([tr.success for tr in trajs])) if trajs else 0.0,
         "progress": float(np.mean([tr.progress for tr in trajs])) if trajs else 0.0,
         "turns": float(np.mean([tr.turns for tr in trajs])) if trajs else 0.0,
-        "error_rate": sum(tr.errors for tr in trajs) / max(actions, 1),
+        "tool_error_rate": sum(tr.errors for tr in trajs) / max(actions, 1),
         "truncated": float(np.mean([tr.truncated for tr in trajs])) if trajs else 0.0,
         "per_depth": {int(d): _group_figures(ts) for d, ts in sorted(by_depth.items())},
         "per_stratum": {name: _group_figures(ts) for name, ts in sorted(by_stratum.items())},
