@@ -376,6 +376,29 @@ def test_error_penalty_shapes_training_envs_only() -> None:
         load_config(None, ["rollout.error_penalty=-1"])
 
 
+def test_error_classes_choose_which_rejections_pay() -> None:
+    """``rollout.error_classes``: only the named classes pay ``error_penalty``; a typo or no penalty is an error."""
+    import gymnasium as gym
+
+    from rods_gym import load_split
+    from rods_gym.trainer.loop import source_env_kwargs
+    from rods_gym.trainer.task_source import FixedSeeds
+
+    source = FixedSeeds(load_split("train")[:2])
+    rewards = {}
+    for classes in ("[unknown_tool]", "[locked_tool]"):
+        cfg = load_config(None, ["rollout.error_penalty=0.05", f"rollout.error_classes={classes}"])
+        env = gym.make(cfg.data.env_id, **source_env_kwargs(source, cfg))
+        env.reset(seed=0)
+        _, reward, terminated, _, info = env.step("call no_such_tool")
+        rewards[classes] = (reward, terminated, info["error"])
+    assert rewards == {"[unknown_tool]": (-0.05, False, "unknown_tool"), "[locked_tool]": (0.0, False, "unknown_tool")}
+    with pytest.raises(ValueError, match="unknown error class 'lockd_tool'"):
+        load_config(None, ["rollout.error_penalty=0.05", "rollout.error_classes=[lockd_tool]"])
+    with pytest.raises(ValueError, match="error_penalty is 0"):
+        load_config(None, ["rollout.error_classes=[locked_tool]"])
+
+
 def test_success_bonus_shapes_training_envs_only() -> None:
     """``rollout.success_bonus``: the action that completes a task earns the bonus in training envs only."""
     import gymnasium as gym

@@ -19,6 +19,8 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
+from ..episode import ERROR_CLASSES
+
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
 
@@ -75,6 +77,9 @@ class RolloutConfig:
     # training episodes only: subtracted from the reward for every action the env rejects (any
     # error class); evaluation always scores plain progress. 0: off (returns = progress in [0, 1])
     error_penalty: float = 0.0
+    # the error classes that pay error_penalty (e.g. [locked_tool]: only calls to a tool the user has not
+    # enabled yet, while a retry after invalid arguments stays free). Empty: every class but episode_over
+    error_classes: tuple[str, ...] = ()
     # training episodes only: added to the reward of the action that completes the task, so a
     # success is worth 1 + success_bonus and a partial one only its progress. 0: off
     success_bonus: float = 0.0
@@ -275,6 +280,12 @@ def check_config(cfg: TrainConfig) -> None:
         raise ValueError(f"config rollout.success_bonus must be >= 0, got {cfg.rollout.success_bonus}")
     if cfg.rollout.error_penalty < 0:
         raise ValueError(f"config rollout.error_penalty must be >= 0 (it is subtracted), got {cfg.rollout.error_penalty}")
+    penalized = tuple(c for c in ERROR_CLASSES if c not in ("none", "episode_over"))
+    for cls in cfg.rollout.error_classes:
+        if cls not in penalized:
+            raise ValueError(f"config rollout.error_classes: unknown error class {cls!r}; use some of {list(penalized)}")
+    if cfg.rollout.error_classes and cfg.rollout.error_penalty <= 0:
+        raise ValueError("config rollout.error_classes is set but rollout.error_penalty is 0: nothing would be paid")
     if not 0.0 <= cfg.sft.recovery <= 1.0:
         raise ValueError(f"config sft.recovery must be a probability in [0, 1], got {cfg.sft.recovery}")
     if cfg.grpo.sft_weight < 0 or cfg.grpo.sft_batch < 1:

@@ -584,7 +584,8 @@ def source_env_kwargs(source: TaskSource, cfg: TrainConfig) -> dict[str, Any]:
     source's own."""
     out = env_kwargs(cfg)
     if cfg.rollout.error_penalty > 0 or cfg.rollout.success_bonus > 0:
-        penalty = {cls: cfg.rollout.error_penalty for cls in ERROR_CLASSES if cls not in ("none", "episode_over")}
+        classes = cfg.rollout.error_classes or [c for c in ERROR_CLASSES if c not in ("none", "episode_over")]
+        penalty = {cls: cfg.rollout.error_penalty for cls in classes}
         out["reward"] = RewardConfig(error_penalty=penalty if cfg.rollout.error_penalty > 0 else {},
                                      success_bonus=cfg.rollout.success_bonus)
     return {**out, **dict(getattr(source, "env_kwargs", None) or {})}
