@@ -39,6 +39,7 @@ from .curricula.arms import DynamicSampling
 from .evaluation import evaluate_sets, strip_tokens
 from .grpo import (Batch, LossSettings, action_advantages, discounted_return, grpo_loss, group_advantages, make_batch,
                    state_advantages, token_logprobs, weigh_negatives)
+from .master_weights import MasterWeights
 from .metrics import MetricsLogger
 from .policy import Policy, load_policy, save_policy
 from .rollout import RolloutEngine, RolloutSettings, RolloutStats, Trajectory, branch_before_first_miss, misses
@@ -314,12 +315,14 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
     if g.freeze_embeddings:
         policy.model.get_input_embeddings().weight.requires_grad_(False)
     trainable = [p for p in policy.model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=g.lr, betas=tuple(g.adam_betas), eps=g.adam_eps,
+    masters = MasterWeights(trainable)  # fp32 copies of a bf16/fp16 policy's weights (none for fp32)
+    optimizer = torch.optim.AdamW(masters.tensors, lr=g.lr, betas=tuple(g.adam_betas), eps=g.adam_eps,
                                   weight_decay=g.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
     if ckpt is not None:
         state = load_trainer_state(ckpt)
         optimizer.load_state_dict(state["optimizer"])
+        masters.load_state_dict(state.get("master_weights"))
         scheduler.load_state_dict(state["scheduler"])
         source.load_state_dict(state["source"])
         set_global_rng_state(state["global_rng"])
@@ -352,7 +355,8 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         write_rank_rng(tmp, rank, generator)
         accelerator.wait_for_everyone()
         if main:
-            state = {"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+            state = {"step": step, "optimizer": optimizer.state_dict(), "master_weights": masters.state_dict(),
+                     "scheduler": scheduler.state_dict(),
                      "source": source.state_dict(), "history": history, "evals": evals, "config": cfg.to_dict(),
                      "world_size": world}
             finish_checkpoint(ckpt_root, step, state, lambda p: save_policy(Policy(unwrapped, policy.tokenizer,
@@ -473,7 +477,7 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
                         for key in sums:
                             sums[key] += st[key]
                     grad_norms.append(float(accelerator.clip_grad_norm_(model.parameters(), g.max_grad_norm)))
-                    optimizer.step()
+                    masters.step(optimizer)
                     optimizer.zero_grad(set_to_none=True)
                     losses.append(mb_loss)
             model.eval()

@@ -29,6 +29,7 @@ from rods_gym.suite import default_suite
 from rods_gym.task import TaskSpec
 
 from .config import SFTConfig, TrainConfig, env_kwargs
+from .master_weights import MasterWeights
 from .policy import Policy
 from .recovery import slipped_call
 from .rollout import conversation_start, conversation_step
@@ -287,8 +288,6 @@ def train_sft(policy: Policy, demos: Sequence[Demo], cfg: SFTConfig, *, seed: in
     world = accelerator.num_processes if accelerator is not None else 1
     main = accelerator.is_main_process if accelerator is not None else True
     model = policy.model
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, cfg.warmup_steps, cfg.steps))
     draw = demo_batches(demos, cfg.batch_size, np.random.default_rng(seed))
     losses: list[float] = []
     settings = {**sft_settings(cfg, seed), "demonstrations": len(demos)}
@@ -297,6 +296,11 @@ def train_sft(policy: Policy, demos: Sequence[Demo], cfg: SFTConfig, *, seed: in
     saved = load_sft_checkpoint(Path(checkpoint_dir)) if checkpoint_dir is not None else None
     if saved is not None:
         model.load_state_dict(saved["model"])
+    masters = MasterWeights(model.parameters())  # fp32 copies of a bf16/fp16 policy's weights (none for fp32)
+    optimizer = torch.optim.AdamW(masters.tensors, lr=cfg.lr, weight_decay=0.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, cfg.warmup_steps, cfg.steps))
+    if saved is not None:
+        masters.load_state_dict(saved.get("master_weights"))
         optimizer.load_state_dict(saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])
         losses = list(saved["losses"])
@@ -325,7 +329,7 @@ def train_sft(policy: Policy, demos: Sequence[Demo], cfg: SFTConfig, *, seed: in
         else:
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-        optimizer.step()
+        masters.step(optimizer)
         scheduler.step()
         # each process's loss is its tokens' sum over 1/world of the global token count: the global loss is their mean
         value = float(accelerator.reduce(loss.detach(), reduction="mean")) if world > 1 else float(loss.detach())
@@ -340,6 +344,7 @@ def train_sft(policy: Policy, demos: Sequence[Demo], cfg: SFTConfig, *, seed: in
                 inner = accelerator.unwrap_model(model) if accelerator is not None else model
                 _save_sft_checkpoint(Path(checkpoint_dir), {
                     "step": done, "losses": losses, "model": inner.state_dict(), "optimizer": optimizer.state_dict(),
+                    "master_weights": masters.state_dict(),
                     "scheduler": scheduler.state_dict()}, settings)
             if accelerator is not None:
                 accelerator.wait_for_everyone()

@@ -1,0 +1,69 @@
+"""fp32 master weights for a policy stored in bf16 or fp16 (mixed-precision training).
+
+A policy loaded with ``policy.dtype: bfloat16`` runs its forward passes, rollouts and updates in bf16,
+so that the update's log-probs equal the rollouts'. But an optimizer that steps bf16 weights directly
+rounds most updates away: bf16 keeps 8 significant bits, so a step smaller than about 1/256 of a
+weight leaves it where it was. At the learning rates used for pretrained models (1e-6) almost no
+weight of a model initialised at std 0.02 would ever move. As in apex O2, DeepSpeed's bf16 optimizer
+and FSDP's mixed precision, the optimizer here steps an fp32 copy of each low-precision parameter, and
+the parameter receives the copy, rounded, after every step: updates accumulate in fp32 until they
+show in bf16.
+
+fp32 parameters are stepped in place, as before: for them this module copies nothing and changes
+nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import torch
+
+
+class MasterWeights:
+    """The tensors an optimizer steps for ``params``: each fp32 parameter itself, or an fp32 copy of a
+    low-precision one. Build the optimizer over :attr:`tensors`, and call :meth:`step` instead of
+    ``optimizer.step()`` once the parameters' gradients are ready (clipped)."""
+
+    def __init__(self, params: Iterable[torch.nn.Parameter]) -> None:
+        self.params = list(params)
+        self.tensors = [p if p.dtype == torch.float32 else p.detach().float().clone() for p in self.params]
+        self.copied = [i for i, (p, t) in enumerate(zip(self.params, self.tensors)) if t is not p]
+
+    @property
+    def active(self) -> bool:
+        """Whether some parameter has an fp32 copy (the policy is not all fp32)."""
+        return bool(self.copied)
+
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        """One optimizer step: the parameters' gradients move to the copies (in fp32, leaving the
+        parameters without gradients, as ``zero_grad`` would), the optimizer steps, and each
+        parameter takes its copy's new value rounded to its own dtype."""
+        for i in self.copied:
+            p, t = self.params[i], self.tensors[i]
+            t.grad = None if p.grad is None else p.grad.detach().float()
+            p.grad = None
+        optimizer.step()
+        with torch.no_grad():
+            for i in self.copied:
+                self.params[i].copy_(self.tensors[i])
+
+    def state_dict(self) -> list[torch.Tensor] | None:
+        """The fp32 copies (for a checkpoint; a resumed run must not restart them from the rounded
+        weights), or None when there are none."""
+        return [self.tensors[i].detach().clone() for i in self.copied] or None
+
+    def load_state_dict(self, state: Sequence[torch.Tensor] | None) -> None:
+        """Restore the copies a checkpoint saved. ``None`` (a checkpoint of an fp32 run, or one written
+        before master weights existed) keeps the copies taken from the parameters."""
+        if state is None:
+            return
+        if len(state) != len(self.copied):
+            raise ValueError(f"the checkpoint holds {len(state)} fp32 master weights, this policy has "
+                             f"{len(self.copied)} low-precision parameters: it is another model or dtype")
+        with torch.no_grad():
+            for i, saved in zip(self.copied, state):
+                if saved.shape != self.tensors[i].shape:
+                    raise ValueError(f"fp32 master weight {i} has shape {tuple(saved.shape)} in the checkpoint, "
+                                     f"{tuple(self.tensors[i].shape)} here: the checkpoint is of another model")
+                self.tensors[i].copy_(saved)
