@@ -178,3 +178,25 @@ def test_summaries_report_success_per_depth_and_per_turn_type() -> None:
     assert s["per_stratum"] == {"missing_tool": {"n": 2, "success": 0.5, "progress": 0.75},
                                 "plain": {"n": 3, "success": pytest.approx(2 / 3), "progress": pytest.approx(2 / 3)}}
     assert sum(v["n"] for v in s["per_depth"].values()) == 6 and s["success"] == pytest.approx(4 / 6)
+
+
+def test_demonstrations_longer_than_the_rollout_context_are_left_out(task_file) -> None:
+    """The warm start imitates only what fits in ``rollout.max_context`` (a model with learned positions
+    cannot take more), with a warning that counts them; when none fits it is an error naming the setting."""
+    from rods_gym.trainer.config import load_config
+    from rods_gym.trainer.sft import demonstrations
+    from rods_gym.trainer.tasks import load_tasks
+
+    base = ["sft.data=seeds", "sft.demos=12", f"data.train_split={task_file}"]
+    cfg = load_config(None, base)
+    policy = build_tiny_policy(TINY, "compact")
+    seeds = load_tasks(cfg.data.train_split, cfg.data)
+    lengths = sorted(len(d.transcript.ids) for d in demonstrations(cfg, policy, seeds))
+    assert lengths[0] < lengths[-1]
+    limit = lengths[len(lengths) // 2]
+    with pytest.warns(UserWarning, match=rf"{sum(n > limit for n in lengths)} of 12 oracle demonstrations are "
+                                         rf"longer than rollout.max_context={limit} tokens \(the longest: {lengths[-1]}\)"):
+        kept = demonstrations(load_config(None, base + [f"rollout.max_context={limit}"]), policy, seeds)
+    assert sorted(len(d.transcript.ids) for d in kept) == [n for n in lengths if n <= limit]
+    with pytest.raises(ValueError, match="the warm start has nothing to imitate"):
+        demonstrations(load_config(None, base + [f"rollout.max_context={lengths[0] - 1}"]), policy, seeds)

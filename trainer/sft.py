@@ -12,6 +12,7 @@ import dataclasses
 import json
 import math
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -146,9 +147,22 @@ def demonstration_tasks(cfg: TrainConfig, seeds: Sequence[TaskSpec], mode: str) 
 
 def demonstrations(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *,
                    progress_bar: bool = False) -> list[Demo]:
-    """The oracle demonstrations of the warm start's tasks (``sft.data``), as token ids."""
-    return make_demonstrations(policy, demonstration_tasks(cfg, seeds, env_mode(cfg.data.env_id)), cfg.data.env_id,
-                               env_kwargs(cfg), recovery=cfg.sft.recovery, seed=cfg.seed, progress_bar=progress_bar)
+    """The oracle demonstrations of the warm start's tasks (``sft.data``), as token ids, those longer than
+    ``rollout.max_context`` left out with a warning: the policy never acts past that length in a rollout,
+    and a model with learned positions (GPT-2's 1,024) cannot take a longer sequence at all."""
+    demos = make_demonstrations(policy, demonstration_tasks(cfg, seeds, env_mode(cfg.data.env_id)), cfg.data.env_id,
+                                env_kwargs(cfg), recovery=cfg.sft.recovery, seed=cfg.seed, progress_bar=progress_bar)
+    limit = cfg.rollout.max_context
+    fit = [d for d in demos if len(d.transcript.ids) <= limit]
+    if len(fit) < len(demos):
+        longest = max(len(d.transcript.ids) for d in demos)
+        what = (f"{len(demos) - len(fit)} of {len(demos)} oracle demonstrations are longer than rollout.max_context="
+                f"{limit} tokens (the longest: {longest})")
+        if not fit:
+            raise ValueError(f"{what}: the warm start has nothing to imitate; raise rollout.max_context if the "
+                             "model's positions allow it, or choose shorter tasks")
+        warnings.warn(f"{what}; the warm start leaves them out", stacklevel=2)
+    return fit
 
 
 def env_mode(env_id: str) -> str:
