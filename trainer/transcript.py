@@ -90,6 +90,9 @@ class ChatCodec:
         ``stopped``: whether the generated action ended with the template's end-of-turn token
         (``closes_turn``); if not (the length limit, or another stop id such as a base model's
         ``<|endoftext|>``), that token is added as context so the conversation stays well formed.
+        A template that closes an assistant message with no special token (GPT-2 style, ``"{content}\n"``)
+        never renders the stop token the policy ends its action with: the ids keep it, then the template's
+        own text after the action's content, so they are the rendered conversation plus that one token per action.
         """
         assert messages[-n_new - 1]["role"] == "assistant", "the message before the new ones must be the action"
         with_action = self.render(messages[: len(messages) - n_new], tools, False)
@@ -102,7 +105,12 @@ class ChatCodec:
                                 "messages changed the text of earlier messages")
         rendered_action = with_action[len(tr.text):]
         cut = rendered_action.rfind(self.stop_text)
-        tail = rendered_action[cut + len(self.stop_text):] if cut >= 0 else ""
+        if cut >= 0:  # the template closes the turn with the stop token: what follows it is context
+            tail = rendered_action[cut + len(self.stop_text):]
+        else:  # no end-of-turn token (GPT-2 style): the template's text after the action's content ("\n")
+            content = str(messages[-n_new - 1].get("content") or "")
+            at = rendered_action.rfind(content) if content else -1
+            tail = rendered_action[at + len(content):] if at >= 0 else ""
         delta = (tail if stopped else self.stop_text + tail) + full[len(with_action):]
         tr.add_context(self.encode(delta))
         tr.text = full
