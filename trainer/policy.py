@@ -138,11 +138,35 @@ def build_tiny_policy(cfg: PolicyConfig, mode: str, suite: Suite | None = None, 
     return wrap(model, tokenizer, f"tiny-{mode}" if cfg.architecture == "llama" else f"tiny-{cfg.architecture}-{mode}")
 
 
+def looks_local(name: str | Path) -> bool:
+    """Whether a ``policy.model`` names a local directory rather than a hub name (``owner/name``): a Path,
+    a path spelled as one (``/``, ``.``, ``~``, two or more slashes), or a directory that exists here."""
+    text = str(name)
+    return (isinstance(name, Path) or text.startswith(("/", ".", "~")) or text.count("/") > 1
+            or Path(text).expanduser().is_dir())
+
+
+# files from_pretrained reads a tokenizer's vocabulary from (besides any *.model or *.tiktoken file)
+TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "vocab.txt", "tekken.json")
+
+
+def missing_policy_files(path: Path) -> list[str]:
+    """What a local policy directory lacks of what loading it needs: model weights, tokenizer files
+    (without them ``AutoTokenizer`` loads an empty tokenizer and says nothing)."""
+    missing = []
+    if not any(path.glob("*.safetensors")) and not any(path.glob("*.bin")):
+        missing.append("model weights (model.safetensors or pytorch_model.bin)")
+    if not (any((path / f).exists() for f in TOKENIZER_FILES) or any(path.glob("*.model"))
+            or any(path.glob("*.tiktoken"))):
+        missing.append("tokenizer files (tokenizer.json, or a vocabulary such as vocab.json or tokenizer.model)")
+    return missing
+
+
 def load_policy(name_or_path: str | Path, local_files_only: bool = True, dtype: str = "float32") -> Policy:
     """Any causal LM with a chat template, by hub name or local directory."""
     name = str(name_or_path)
-    looks_local = isinstance(name_or_path, Path) or name.startswith(("/", ".", "~")) or name.count("/") > 1
-    if looks_local:  # a hub name is owner/name
+    local = looks_local(name_or_path)
+    if local:
         name = str(Path(name).expanduser())
         if Path(name).is_file():
             raise FileNotFoundError(f"cannot load policy {name!r}: a file; give the directory that holds it "
@@ -156,17 +180,36 @@ def load_policy(name_or_path: str | Path, local_files_only: bool = True, dtype: 
                     "rods evaluate --run-dir for its latest policy") if inside else ""
             raise FileNotFoundError(f"cannot load policy {name!r}: not a save_pretrained directory (no config.json)"
                                     + hint)
+        missing = missing_policy_files(Path(name))
+        if missing:
+            raise FileNotFoundError(f"cannot load policy {name!r}: the directory has config.json but no "
+                                    f"{' and no '.join(missing)}; save the model and its tokenizer there "
+                                    "(model.save_pretrained(DIR) and tokenizer.save_pretrained(DIR))")
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=local_files_only)
         model = AutoModelForCausalLM.from_pretrained(name, local_files_only=local_files_only, dtype=DTYPES[dtype])
     except OSError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if local:  # the directory exists: say what transformers found wrong in it, not that it is missing
+            raise FileNotFoundError(f"cannot load policy {name!r}: {first}") from exc
         if local_files_only:
             raise FileNotFoundError(f"cannot load policy {name!r}: not a local directory and not in the Hugging Face "
                                     "cache (policy.local_files_only: nothing is downloaded; pass a local path, or set "
                                     "policy.local_files_only=false to allow a download)") from exc
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise FileNotFoundError(f"cannot load policy {name!r}: {first}") from exc
+    check_tokenizer_size(tokenizer, model, name)
     return wrap(model, tokenizer, name)
+
+
+def check_tokenizer_size(tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel, name: str) -> None:
+    """A ``ValueError`` when the tokenizer has far fewer tokens than the model's vocabulary (less than half):
+    its files are missing (an empty tokenizer has one token) or belong to another model. Models pad their
+    vocabulary a little beyond the tokenizer's, never to twice its size."""
+    vocab = getattr(model.config.get_text_config(), "vocab_size", None)
+    if isinstance(vocab, int) and 2 * len(tokenizer) < vocab:
+        raise ValueError(f"policy {name!r}: its tokenizer has {len(tokenizer)} tokens for a model with a vocabulary of "
+                         f"{vocab}: the tokenizer files (tokenizer.json, or vocab.json / tokenizer.model) are missing "
+                         "or belong to another model; save the model's own tokenizer with it")
 
 
 def make_policy(cfg: PolicyConfig, mode: str, suite: Suite | None = None, slot_ids: str = "ordered") -> Policy:
