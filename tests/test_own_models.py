@@ -4,22 +4,43 @@ template gets wrong is said in one line before any work, and a run on one resume
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import jinja2
 import pytest
 import torch
 from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel, Qwen2Config, Qwen2ForCausalLM
 
-from rods_gym.trainer.policy import check_tokenizer_size, load_policy, wrap
+from rods_gym.trainer.config import PolicyConfig, load_config
+from rods_gym.trainer.policy import build_tiny_policy, check_tokenizer_size, load_policy, wrap
 from rods_gym.trainer.tokenization import build_chat_tokenizer
 from rods_gym.trainer.transcript import ChatCodec
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
 
+# a chat template that lists no tools: the policy would never see them
+NO_TOOLS = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+            "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+# Gemma/Mistral style: user and assistant only, strictly alternating
+ALTERNATING = ("{% for m in messages %}{% if (m['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+               "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+               "{% endif %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+               "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+# tools listed; a tool message is refused (it has no tool role)
+NO_TOOL_ROLE = ("{% if tools %}<|im_start|>system\n{% for t in tools %}{{ t['function']['name'] }}\n{% endfor %}"
+                "<|im_end|>\n{% endif %}{% for m in messages %}{% if m['role'] == 'tool' %}"
+                "{{ raise_exception('Only user, system and assistant roles are supported!') }}{% endif %}"
+                "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+# tools listed; the latest message is rendered differently once another follows (not prefix-stable)
+UNSTABLE = ("{% if tools %}<|im_start|>system\n{% for t in tools %}{{ t['function']['name'] }}\n{% endfor %}"
+            "<|im_end|>\n{% endif %}{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+            "{% if loop.last %} (latest){% endif %}<|im_end|>\n{% endfor %}"
+            "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 # GPT-2 style: plain text, no special token closes a turn
 PLAIN = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
          "{% if add_generation_prompt %}assistant: {% endif %}")
-
 
 
 def qwen_model(vocab: int, positions: int = 4096) -> Qwen2ForCausalLM:
@@ -45,6 +66,80 @@ def save_model(path: Path, template: str | None = None, gpt2_positions: int = 0)
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path
+
+
+def chat_config(model: str | Path, run_dir: Path, *more: str):
+    return load_config("chat_tiny", [f"policy.model={model}", f"run_dir={run_dir}", "eval.tasks=2", *more])
+
+
+def cli(capsys, *argv: str) -> tuple[int, str, str]:
+    """``rods ARGV``: its exit code, stdout and stderr."""
+    from rods_gym.cli import main
+
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_a_max_context_beyond_the_models_positions_is_refused_before_any_work(tmp_path: Path, capsys) -> None:
+    """GPT-2's absolute positions end at n_positions: an episode past them used to fail mid-run with
+    ``IndexError: index out of range in self``. Now one line names both numbers and the override."""
+    from rods_gym.trainer.pipeline import check_model_positions
+
+    model = save_model(tmp_path / "gpt2", gpt2_positions=256)
+    run = tmp_path / "run"
+    code, _, err = cli(capsys, "train", "--config", "chat_tiny", "--model", str(model), "--run-dir", str(run))
+    assert code == 2 and "rollout.max_context=4096 exceeds the 256 positions" in err, err
+    assert "n_positions" in err and "set rollout.max_context=256" in err and not run.exists()
+    # the embedded model: its max_positions (1024) holds the default max_context (1024); fewer are refused
+    check_model_positions(load_config("default"), build_tiny_policy(PolicyConfig(num_layers=1), "compact"))
+    short = load_config("default", ["policy.max_positions=512"])
+    with pytest.raises(ValueError, match=r"max_context=1024 exceeds the 512 positions .*policy.max_positions"):
+        check_model_positions(short, build_tiny_policy(short.policy, "compact"))
+
+
+def test_a_chat_template_that_ignores_the_tools_is_refused(tmp_path: Path) -> None:
+    from rods_gym.trainer.pipeline import check_chat_template, prepare_inputs
+
+    cfg = chat_config(save_model(tmp_path / "m", NO_TOOLS), tmp_path / "run")
+    with pytest.raises(ValueError, match=r"ignores the tools: the first prompt of task '.*' does not name \w+"):
+        prepare_inputs(cfg, check_source=False)
+    # the embedded chat model and a Qwen2 with the tool-listing template pass
+    tiny = load_config("chat_tiny")
+    seeds = prepare_inputs(chat_config(save_model(tmp_path / "ok"), tmp_path / "run"), check_source=False).seeds
+    check_chat_template(tiny, build_tiny_policy(tiny.policy, "chat"), seeds[0])
+
+
+@pytest.mark.parametrize("template, says", [
+    (ALTERNATING, "cannot render the chat view's first prompt .*: TemplateError: Conversation roles must alternate"),
+    (NO_TOOL_ROLE, "cannot render a probe conversation .*tool result.*: TemplateError: Only user, system and"),
+    (UNSTABLE, "is not prefix-stable.*found rendering a probe conversation"),
+])
+def test_a_template_that_cannot_render_the_chat_view_is_one_line_before_any_work(
+        template: str, says: str, tmp_path: Path, capsys) -> None:
+    """A template that refuses a role raised jinja2's TemplateError as a traceback (rods caught only
+    ValueError, OSError and YAML errors), and one that is not prefix-stable was found mid-run."""
+    model, run = save_model(tmp_path / "m", template), tmp_path / "run"
+    code, _, err = cli(capsys, "train", "--config", "chat_tiny", "--model", str(model), "--run-dir", str(run),
+                       "eval.tasks=2")
+    assert code == 2 and "Traceback" not in err and not run.exists(), err
+    error = [line for line in err.splitlines() if line.startswith("rods train: error: ")]
+    assert len(error) == 1 and re.search(says, error[0]), err
+
+
+def test_a_jinja_error_anywhere_in_the_setup_is_one_line(capsys) -> None:
+    from rods_gym.trainer.commands import _or_exit
+
+    def fails() -> None:
+        raise jinja2.TemplateError("Conversation roles must alternate")
+
+    with pytest.raises(SystemExit) as exit_info:
+        _or_exit("evaluate", fails)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == "rods evaluate: error: Conversation roles must alternate\n"
 
 
 def test_a_model_directory_missing_files_says_which(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -368,7 +368,7 @@ def test_paths_splits_and_envs_that_do_not_exist_are_named(tmp_path: Path, monke
     from rods_gym.trainer.config import PolicyConfig
     from rods_gym.trainer.policy import build_tiny_policy, save_policy
 
-    tiny = PolicyConfig(hidden_size=16, intermediate_size=32, num_layers=1, num_heads=2, max_positions=256)
+    tiny = PolicyConfig(hidden_size=16, intermediate_size=32, num_layers=1, num_heads=2, max_positions=1024)  # holds the default rollout.max_context
     save_policy(build_tiny_policy(tiny, "compact"), tmp_path / "home" / "pol")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert load_policy("~/pol").name == str(tmp_path / "home" / "pol")

@@ -180,18 +180,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _or_exit(command: str, prepare: Callable[[], T]) -> T:
-    """``prepare()``; a mistake in what it reads (the config, a task set, an env id, a model, a
-    source's options) is printed as one line (no traceback) and exits with 2; a warning it raises
+    """``prepare()``; a mistake in what it reads (the config, a task set, an env id, a model or its chat
+    template, a source's options) is printed as one line (no traceback) and exits with 2; a warning it raises
     (e.g. an action budget shorter than the longest call) is printed as one line too."""
     import warnings
 
+    import jinja2
     import yaml
 
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", UserWarning)
             result = prepare()
-    except (ValueError, OSError, yaml.YAMLError) as exc:
+    except (ValueError, OSError, yaml.YAMLError, jinja2.TemplateError) as exc:
         print(f"rods {command}: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     for w in caught:
@@ -338,8 +339,8 @@ def run_policy(run_dir: str | Path) -> Path | None:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     from .loop import evaluation_engine
-    from .pipeline import (apply_threads, check_action_tokens, check_env_difficulty, check_prompts_fit,
-                           check_view_vocabulary, env_mode, job_evaluation, make_accelerator)
+    from .pipeline import (apply_threads, check_action_tokens, check_env_difficulty, check_model_positions,
+                           check_prompts_fit, check_view_vocabulary, env_mode, job_evaluation, make_accelerator)
     from .policy import check_policy_view, load_policy, make_policy
     from .rollout import MODES
     from .tasks import load_tasks, spread
@@ -380,6 +381,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
             policy = make_policy(cfg.policy, mode, slot_ids=cfg.data.slot_ids)
         check_env_difficulty(cfg)  # warnings
         check_policy_view(policy, mode, cfg.data.env_id)
+        check_model_positions(cfg, policy)
         check_action_tokens(cfg, policy, mode)
         if saved or cfg.policy.model != "tiny":
             check_view_vocabulary(cfg, policy)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import gymnasium as gym
+import jinja2
 import torch
 from accelerate import Accelerator
 
@@ -33,12 +34,13 @@ from .loop import LoopResult, check_source_fits_rollout, env_kwargs, eval_scalar
 from .metrics import MetricsLogger, read_jsonl
 from .plots import plot_training_curve
 from .policy import Policy, check_policy_view, load_policy, longest_compact_call, make_policy, save_policy
-from .rollout import RolloutEngine, prompt_overflow
+from .rollout import RolloutEngine, conversation_start, prompt_overflow
 from .sft import Demo, demonstrations, env_mode, oracle_episode, train_sft
 from .sources import make_source
 from .task_source import TaskSource
 from .threads import torch_threads
 from .tasks import load_tasks, spread, using_fallback
+from .transcript import ChatCodec, TemplateError
 
 
 def make_accelerator() -> Accelerator:
@@ -264,7 +266,9 @@ def prepare_inputs(cfg: TrainConfig, *, check_source: bool = True) -> RunInputs:
     (``check_source=False``: none, where no GRPO follows).
 
     A mistake in any of them (``data.source`` and its options included) raises ``ValueError`` or
-    ``OSError`` naming it before the run writes anything or starts its warm start.
+    ``OSError`` naming it before the run writes anything or starts its warm start: a ``rollout.max_context``
+    beyond the model's positions, and (chat view) a chat template that drops the tools or cannot render
+    the view's conversations, included.
     """
     mode = env_mode(cfg.data.env_id)
     seeds = load_tasks(cfg.data.train_split, cfg.data)
@@ -275,11 +279,74 @@ def prepare_inputs(cfg: TrainConfig, *, check_source: bool = True) -> RunInputs:
     policy = make_policy(cfg.policy, mode, slot_ids=cfg.data.slot_ids)
     check_env_difficulty(cfg)
     check_policy_view(policy, mode, cfg.data.env_id)
+    check_model_positions(cfg, policy)
     check_action_tokens(cfg, policy, mode)
     if cfg.policy.model != "tiny":  # the embedded policy is built for this view
         check_view_vocabulary(cfg, policy)
+    if mode == "chat" and seeds:
+        check_chat_template(cfg, policy, seeds[0])
     check_prompts_fit(cfg, policy, {"train": seeds, **eval_sets})
     return RunInputs(mode, seeds, eval_sets, policy, source)
+
+
+def check_model_positions(cfg: TrainConfig, policy: Policy) -> None:
+    """A ``ValueError`` when ``rollout.max_context`` exceeds the positions the model has
+    (``max_position_embeddings``, GPT-2's ``n_positions``): a model with absolute position embeddings fails
+    with an index error once an episode grows past them, one with rotary ones runs beyond what it was
+    trained for. Models whose config names no limit are not checked."""
+    text = policy.model.config.get_text_config()
+    # the name config.json spells it with (GPT-2's n_positions is also readable as max_position_embeddings)
+    key = next((k for k in ("max_position_embeddings", "n_positions") if isinstance(vars(text).get(k), int)),
+               None)
+    if key is None or cfg.rollout.max_context <= vars(text)[key]:
+        return
+    limit = vars(text)[key]
+    embedded = " or a larger policy.max_positions (the embedded model)" if cfg.policy.model == "tiny" else ""
+    raise ValueError(f"rollout.max_context={cfg.rollout.max_context} exceeds the {limit} positions of policy "
+                     f"{policy.name} ({key} in its config): episodes would run past them; set "
+                     f"rollout.max_context={limit}{embedded}")
+
+
+PROBE_REPLY, PROBE_USER = "Done.", "Thanks. One more thing."
+
+
+def check_chat_template(cfg: TrainConfig, policy: Policy, task: TaskSpec) -> None:
+    """The chat view's conversations through the policy's chat template, before any work (``ValueError``, one
+    line): the first prompt of ``task`` must name every tool of the task (a template that ignores ``tools=``
+    would train a policy that never sees its tools), and a probe conversation in the view's shapes (system,
+    user, an assistant tool call, its tool result, an assistant reply, the user's next message) must render
+    and stay prefix-stable, as every rollout needs: a template that refuses a role (``Conversation roles must
+    alternate``) or rewrites earlier turns fails here, not mid-run."""
+    env = gym.make(cfg.data.env_id, **env_kwargs(cfg))
+    obs, _ = env.reset(seed=0, options={"task": task})
+    messages, tools = conversation_start(env, obs)
+    env.close()
+    codec = ChatCodec(policy)
+    names = [t.get("function", t)["name"] for t in tools or []]
+    what = "the chat view's first prompt (system and user messages, tools=...)"
+    try:
+        tr = codec.start(messages, tools)
+        missing = [n for n in names if n not in tr.text]
+        if missing:
+            raise ValueError(f"the chat template of policy {policy.name} ignores the tools: the first prompt of "
+                             f"task {task.id!r} does not name {', '.join(missing)}, so the policy would never see "
+                             "them; use a tokenizer whose chat_template renders tools (it receives them as "
+                             "tools=[...] JSON schemas)")
+        if not names:
+            return
+        what = "a probe conversation (system, user, assistant tool call, tool result, assistant, user)"
+        call = "<tool_call>" + json.dumps({"name": names[0], "arguments": {}}) + "</tool_call>"
+        turns = [[{"role": "assistant", "content": call}, {"role": "tool", "name": names[0], "content": "{}"}],
+                 [{"role": "assistant", "content": PROBE_REPLY}, {"role": "user", "content": PROBE_USER}]]
+        for action, reply in turns:
+            tr.add_action(codec.action_ids(action["content"]))
+            messages = [*messages, action, reply]
+            codec.continue_after_action(tr, messages, 1, tools, stopped=True)
+    except jinja2.TemplateError as exc:
+        raise ValueError(f"the chat template of policy {policy.name} cannot render {what}: "
+                         f"{type(exc).__name__}: {exc}") from exc
+    except TemplateError as exc:
+        raise ValueError(f"{exc} (found rendering {what})") from exc
 
 
 def check_env_difficulty(cfg: TrainConfig) -> str | None:
