@@ -4,7 +4,9 @@ template gets wrong is said in one line before any work, and a run on one resume
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 from pathlib import Path
 
 import jinja2
@@ -13,7 +15,7 @@ import torch
 from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel, Qwen2Config, Qwen2ForCausalLM
 
 from rods_gym.trainer.config import PolicyConfig, load_config
-from rods_gym.trainer.policy import build_tiny_policy, check_tokenizer_size, load_policy, wrap
+from rods_gym.trainer.policy import build_tiny_policy, check_tokenizer_size, load_policy, save_policy, wrap
 from rods_gym.trainer.tokenization import build_chat_tokenizer
 from rods_gym.trainer.transcript import ChatCodec
 
@@ -140,6 +142,57 @@ def test_a_jinja_error_anywhere_in_the_setup_is_one_line(capsys) -> None:
         _or_exit("evaluate", fails)
     assert exit_info.value.code == 2
     assert capsys.readouterr().err == "rods evaluate: error: Conversation roles must alternate\n"
+
+
+def test_a_run_resumes_from_elsewhere_and_without_its_model_directory(tmp_path: Path, capsys,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--model`` given as a relative path is saved absolute; once the model's directory is gone, the resumed
+    run builds its policy from its own latest saved one (the weights it trained), with a note."""
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    save_model(work / "models" / "qwen")
+    monkeypatch.chdir(work)
+    small = ["steps=1", "checkpoint_every=1", "eval.tasks=1", "eval.samples=0", "sft.demos=2", "sft.steps=1",
+             "rollout.max_turns=1", "rollout.max_action_tokens=8", "tensorboard=false", "progress_bar=false"]
+    code, _, err = cli(capsys, "train", "--config", "chat_tiny", "--model", "models/qwen", "--run-dir", "run", *small)
+    assert code == 0, err
+    run = work / "run"
+    assert load_config(run / "config.yaml").policy.model == str(work / "models" / "qwen")
+    monkeypatch.chdir(elsewhere)
+    code, out, err = cli(capsys, "train", "--run-dir", str(run), "--resume", "steps=2")  # the directory is still there
+    assert code == 0 and "cannot be loaded" not in out, err
+    shutil.rmtree(work / "models")
+    code, out, err = cli(capsys, "train", "--run-dir", str(run), "--resume", "steps=3")
+    assert code == 0, err
+    assert f"the policy is built from the run's own {run / 'checkpoints' / 'step-000003'}" not in out
+    assert f"the policy is built from the run's own {run / 'checkpoints' / 'step-000002' / 'policy'}" in out, out
+    assert "GRPO continues from checkpoint step-000002" in out
+    assert json.loads((run / "summary.json").read_text())["grpo_steps"] == 3
+
+
+def test_a_resume_falls_back_to_the_runs_policy_only_where_the_base_weights_are_not_needed(tmp_path: Path) -> None:
+    from rods_gym.trainer.checkpoint import STATE_FILE
+    from rods_gym.trainer.pipeline import make_run_policy
+
+    run, gone = tmp_path / "run", str(tmp_path / "gone")
+    policy = build_tiny_policy(PolicyConfig(hidden_size=16, intermediate_size=32, num_layers=1, num_heads=2), "chat")
+    ckpt = run / "checkpoints" / "step-000004"
+    save_policy(policy, ckpt / "policy")
+    (ckpt / STATE_FILE).write_bytes(b"")
+    cfg = chat_config(gone, run)
+    with pytest.raises(FileNotFoundError, match=r"gone.*no such directory.*own .*step-000004/policy cannot stand in "
+                                                r"for it: the warm start \(no sft_policy/ yet\) is trained"):
+        make_run_policy(cfg, "chat", {}, resume=True)
+    with pytest.raises(FileNotFoundError, match="with sft.enabled=false the evaluation before GRPO runs on the base"):
+        make_run_policy(chat_config(gone, run, "sft.enabled=false"), "chat", {}, resume=True)
+    save_policy(policy, run / "sft_policy")
+    with pytest.raises(FileNotFoundError, match=r"gone.*no such directory \(a local policy[^;]*$"):  # a new run
+        make_run_policy(cfg, "chat", {})
+    again = make_run_policy(cfg, "chat", {}, resume=True)  # the checkpoint's, the latest
+    assert again.name == gone and again.eos_id == policy.eos_id
+    shutil.rmtree(run)
+    with pytest.raises(FileNotFoundError, match="gone.*no such directory"):  # nothing saved: the load error itself
+        make_run_policy(cfg, "chat", {}, resume=True)
 
 
 def test_a_model_directory_missing_files_says_which(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

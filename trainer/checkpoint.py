@@ -36,6 +36,14 @@ def latest_checkpoint(root: str | Path) -> Path | None:
     return done[-1] if done else None
 
 
+def latest_policy(run_dir: str | Path) -> Path | None:
+    """A run directory's latest saved policy (a ``save_pretrained`` directory): its newest checkpoint's
+    ``policy/``, else its warm start's ``sft_policy/`` (None: neither)."""
+    ckpt = latest_checkpoint(Path(run_dir) / "checkpoints")
+    candidates = ([ckpt / "policy"] if ckpt is not None else []) + [Path(run_dir) / "sft_policy"]
+    return next((c for c in candidates if (c / "config.json").exists()), None)
+
+
 def refuse_stale_checkpoints(run_dir: str | Path, *, resume: bool) -> None:
     """A new (not resumed) run must not start over an earlier run's checkpoints: they would outlive
     the new ones (pruning keeps the highest step numbers) and a later resume would pick them up."""

@@ -130,10 +130,17 @@ PTX_DEMO_FIELDS = ("sft.data", "sft.demos", "sft.data_seed", "sft.recovery", "sf
 
 def command_overrides(args: argparse.Namespace) -> list[str]:
     """The config overrides a command line names, later ones winning: ``--set``, then bare ``KEY=VALUE``
-    (wherever they stand), then ``--model``, ``--env``, ``--run-dir``."""
+    (wherever they stand), then ``--model``, ``--env``, ``--run-dir``. A local ``policy.model`` path is made
+    absolute."""
+    from .policy import local_model_path
+
     overrides = list(args.overrides) + list(args.extra)
     if args.model:
         overrides.append(f"policy.model={args.model}")
+    # a local model as an absolute path: the saved config then loads it from any working directory, and a
+    # resume that names it again (relative or not) names the same model
+    overrides = [f"policy.model={local_model_path(item.split('=', 1)[1].strip())}"
+                 if item.split("=", 1)[0].strip() == "policy.model" else item for item in overrides]
     if args.env:
         overrides.append(f"data.env_id={args.env}")
     if args.run_dir:
@@ -278,7 +285,7 @@ def run_train(args: argparse.Namespace) -> int:
 
     cfg = _config_or_exit(args, "train")
     apply_threads(cfg)
-    inputs = _or_exit("train", lambda: prepare_inputs(cfg))
+    inputs = _or_exit("train", lambda: prepare_inputs(cfg, resume=args.resume))
     if args.resume:
         from .checkpoint import check_source_resumes
 
@@ -303,11 +310,12 @@ def run_sft(args: argparse.Namespace) -> int:
     from .config import save_config
     from .evaluation import figures_line
     from .loop import evaluation_engine
-    from .pipeline import EVAL_BEFORE, _print, apply_threads, job_evaluation, make_accelerator, prepare_inputs, warm_start
+    from .pipeline import (EVAL_BEFORE, _print, apply_threads, job_evaluation, make_accelerator, prepare_inputs,
+                           warm_start, with_local_model_path)
 
-    cfg = _config_or_exit(args, "sft")
+    cfg = with_local_model_path(_config_or_exit(args, "sft"))
     apply_threads(cfg)
-    inputs = _or_exit("sft", lambda: prepare_inputs(cfg, check_source=False))
+    inputs = _or_exit("sft", lambda: prepare_inputs(cfg, check_source=False, resume=args.resume))
     policy = inputs.policy
     accelerator = make_accelerator()
     run_dir = Path(cfg.run_dir)
@@ -330,11 +338,9 @@ def run_sft(args: argparse.Namespace) -> int:
 
 def run_policy(run_dir: str | Path) -> Path | None:
     """A run directory's latest policy: its newest checkpoint's, else its warm start's (None: neither)."""
-    from .checkpoint import latest_checkpoint
+    from .checkpoint import latest_policy
 
-    ckpt = latest_checkpoint(Path(run_dir) / "checkpoints")
-    candidates = ([ckpt / "policy"] if ckpt is not None else []) + [Path(run_dir) / "sft_policy"]
-    return next((c for c in candidates if (c / "config.json").exists()), None)
+    return latest_policy(run_dir)
 
 
 def run_evaluate(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ import os
 import shutil
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -27,13 +27,14 @@ import rods_gym  # noqa: F401  (registers the environments)
 from rods_gym.registration import DIFFICULTY_NAMES
 from rods_gym.task import TaskSpec
 
-from .checkpoint import latest_checkpoint, refuse_stale_checkpoints
+from .checkpoint import latest_checkpoint, latest_policy, refuse_stale_checkpoints
 from .config import TrainConfig, save_config
 from .evaluation import evaluate_sets, figures_line
 from .loop import LoopResult, check_source_fits_rollout, env_kwargs, eval_scalars, evaluation_engine, grpo_train
 from .metrics import MetricsLogger, read_jsonl
 from .plots import plot_training_curve
-from .policy import Policy, check_policy_view, load_policy, longest_compact_call, make_policy, save_policy
+from .policy import (Policy, check_policy_view, load_policy, local_model_path, longest_compact_call, make_policy,
+                     save_policy)
 from .rollout import RolloutEngine, conversation_start, prompt_overflow
 from .sft import Demo, demonstrations, env_mode, oracle_episode, train_sft
 from .sources import make_source
@@ -245,6 +246,12 @@ def same_evaluation(saved: Mapping[str, Any], eval_sets: Mapping[str, Sequence[T
     return True
 
 
+def with_local_model_path(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` with a local ``policy.model`` path made absolute (``policy.local_model_path``), as a run saves
+    it: a resume from another working directory then loads the same model."""
+    return replace(cfg, policy=replace(cfg.policy, model=local_model_path(cfg.policy.model)))
+
+
 def apply_threads(cfg: TrainConfig) -> None:
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
@@ -261,14 +268,15 @@ class RunInputs:
     source: TaskSource | None  # the GRPO loop's task source (None where no GRPO follows)
 
 
-def prepare_inputs(cfg: TrainConfig, *, check_source: bool = True) -> RunInputs:
+def prepare_inputs(cfg: TrainConfig, *, check_source: bool = True, resume: bool = False) -> RunInputs:
     """The environment's view, the seed and evaluation task sets, the policy and the task source
     (``check_source=False``: none, where no GRPO follows).
 
     A mistake in any of them (``data.source`` and its options included) raises ``ValueError`` or
     ``OSError`` naming it before the run writes anything or starts its warm start: a ``rollout.max_context``
     beyond the model's positions, and (chat view) a chat template that drops the tools or cannot render
-    the view's conversations, included.
+    the view's conversations, included. ``resume``: a ``policy.model`` that cannot be loaded any more (a
+    deleted directory, a relative path from elsewhere) is built from the run's own saved policy instead.
     """
     mode = env_mode(cfg.data.env_id)
     seeds = load_tasks(cfg.data.train_split, cfg.data)
@@ -276,7 +284,7 @@ def prepare_inputs(cfg: TrainConfig, *, check_source: bool = True) -> RunInputs:
     source = make_source(cfg.data.source, cfg, seeds, cfg.seed) if check_source else None
     if source is not None:
         check_source_fits_rollout(source, cfg.rollout)
-    policy = make_policy(cfg.policy, mode, slot_ids=cfg.data.slot_ids)
+    policy = make_run_policy(cfg, mode, eval_sets, resume=resume)
     check_env_difficulty(cfg)
     check_policy_view(policy, mode, cfg.data.env_id)
     check_model_positions(cfg, policy)
@@ -287,6 +295,45 @@ def prepare_inputs(cfg: TrainConfig, *, check_source: bool = True) -> RunInputs:
         check_chat_template(cfg, policy, seeds[0])
     check_prompts_fit(cfg, policy, {"train": seeds, **eval_sets})
     return RunInputs(mode, seeds, eval_sets, policy, source)
+
+
+def make_run_policy(cfg: TrainConfig, mode: str, eval_sets: Mapping[str, Sequence[TaskSpec]], *,
+                    resume: bool = False) -> Policy:
+    """The run's policy: ``policy.model``'s, or, resumed and that cannot be loaded, the run's own latest saved
+    policy (its latest GRPO checkpoint's ``policy/``, else ``sft_policy/``: the same model and tokenizer, whose
+    weights the warm start and the GRPO loop replace by their saved ones anyway), with a note saying so.
+    Refused (the load error, with why) where the resume still needs the base model's own weights: a warm start
+    to train (no ``sft_policy/`` yet), or with ``sft.enabled=false`` an evaluation before GRPO to run again."""
+    try:
+        return make_policy(cfg.policy, mode, slot_ids=cfg.data.slot_ids)
+    except OSError as exc:
+        run_dir = Path(cfg.run_dir)
+        saved = latest_policy(run_dir) if resume else None
+        if saved is None:
+            raise
+        sft_done = (run_dir / "sft_policy" / "config.json").exists()
+        before = run_dir / EVAL_BEFORE
+        before_reused = before.exists() and same_evaluation(json.loads(before.read_text()), eval_sets,
+                                                            cfg.eval.samples, cfg.seed)
+        if cfg.sft.enabled and not sft_done:
+            why = "the warm start (no sft_policy/ yet) is trained from the base model"
+        elif not cfg.sft.enabled and not before_reused:
+            why = (f"with sft.enabled=false the evaluation before GRPO runs on the base model ({before} is missing "
+                   "or was measured on other tasks or samples)")
+        else:
+            why = ""
+        if why:
+            raise FileNotFoundError(f"{exc}; the run's own {saved} cannot stand in for it: {why}") from exc
+        policy = load_policy(saved, dtype=cfg.policy.dtype)
+        _note(f"resume: policy.model {cfg.policy.model} cannot be loaded here ({exc}); the policy is built from the "
+              f"run's own {saved} (the same model and tokenizer, with the run's trained weights)")
+        return replace(policy, name=cfg.policy.model)
+
+
+def _note(message: str) -> None:
+    """Print ``message`` once per job (before an accelerator exists: ``RANK`` is 0, or unset)."""
+    if os.environ.get("RANK", "0") == "0":
+        print(message, flush=True)
 
 
 def check_model_positions(cfg: TrainConfig, policy: Policy) -> None:
@@ -429,8 +476,9 @@ def check_view_vocabulary(cfg: TrainConfig, policy: Policy, episodes: int = 3) -
 def run_training(cfg: TrainConfig, *, resume: bool = False, inputs: RunInputs | None = None) -> dict[str, Any]:
     """The whole job; ``inputs`` from ``prepare_inputs(cfg)`` (built here when not given)."""
     refuse_stale_checkpoints(cfg.run_dir, resume=resume)  # before the warm start, not after it
+    cfg = with_local_model_path(cfg)  # what config.yaml and the checkpoints save
     apply_threads(cfg)
-    inputs = inputs if inputs is not None else prepare_inputs(cfg)
+    inputs = inputs if inputs is not None else prepare_inputs(cfg, resume=resume)
     mode, seeds, eval_sets, policy = inputs.mode, inputs.seeds, inputs.eval_sets, inputs.policy
     accelerator = make_accelerator()
     policy.model.to(accelerator.device)  # a GPU's from the start: the evaluation before GRPO runs there too

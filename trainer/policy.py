@@ -8,6 +8,7 @@ or loads any causal LM by hub name or local path (``local_files_only`` unless al
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,6 +145,14 @@ def looks_local(name: str | Path) -> bool:
     text = str(name)
     return (isinstance(name, Path) or text.startswith(("/", ".", "~")) or text.count("/") > 1
             or Path(text).expanduser().is_dir())
+
+
+def local_model_path(name: str) -> str:
+    """``policy.model`` as a run should store it: a local path made absolute (a resume from another working
+    directory loads the same model), the embedded ``tiny`` and hub names unchanged."""
+    if name == "tiny" or not looks_local(name):
+        return name
+    return os.path.abspath(Path(name).expanduser())
 
 
 # files from_pretrained reads a tokenizer's vocabulary from (besides any *.model or *.tiktoken file)
