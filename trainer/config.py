@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from ..episode import ERROR_CLASSES
+from rods_gym.episode import ERROR_CLASSES
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
