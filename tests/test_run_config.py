@@ -415,19 +415,19 @@ def test_paths_splits_and_envs_that_do_not_exist_are_named(tmp_path: Path, monke
 
 
 def test_evaluate_finds_a_runs_latest_policy(tmp_path: Path, capsys, monkeypatch) -> None:
-    from rods_gym.trainer.commands import run_policy
+    from rods_gym.trainer.checkpoint import latest_policy
     from rods_gym.trainer.config import PolicyConfig
     from rods_gym.trainer.policy import build_tiny_policy, save_policy
 
     run = tmp_path / "run"
-    assert run_policy(run) is None
+    assert latest_policy(run) is None
     tiny = PolicyConfig(hidden_size=16, intermediate_size=32, num_layers=1, num_heads=2, max_positions=1024)
     save_policy(build_tiny_policy(tiny, "compact"), run / "sft_policy")
-    assert run_policy(run) == run / "sft_policy"
+    assert latest_policy(run) == run / "sft_policy"
     _fake_checkpoint(run, 3)
-    assert run_policy(run) == run / "sft_policy"  # a checkpoint without a saved policy is skipped
+    assert latest_policy(run) == run / "sft_policy"  # a checkpoint without a saved policy is skipped
     save_policy(build_tiny_policy(tiny, "compact"), run / "checkpoints" / "step-000003" / "policy")
-    assert run_policy(run) == run / "checkpoints" / "step-000003" / "policy"
+    assert latest_policy(run) == run / "checkpoints" / "step-000003" / "policy"
     capsys.readouterr()
     assert main(["evaluate", "--run-dir", str(run), "--tasks", "2", "--splits", "dev"]) == 0
     captured = capsys.readouterr()

@@ -88,7 +88,7 @@ def note(message: str) -> None:
     """Print ``message`` once per job: on the main process of an ``accelerate launch`` (which sets ``RANK``), alone
     otherwise. Config notes come before the accelerator exists, so its ``is_main_process`` cannot be asked yet."""
     if os.environ.get("RANK", "0") == "0":
-        print(message)
+        print(message, flush=True)
 
 
 def restore_config_from_checkpoint(run_dir: Path) -> None:
@@ -336,14 +336,8 @@ def run_sft(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_policy(run_dir: str | Path) -> Path | None:
-    """A run directory's latest policy: its newest checkpoint's, else its warm start's (None: neither)."""
-    from .checkpoint import latest_policy
-
-    return latest_policy(run_dir)
-
-
 def run_evaluate(args: argparse.Namespace) -> int:
+    from .checkpoint import latest_policy
     from .loop import evaluation_engine
     from .pipeline import (apply_threads, check_action_tokens, check_env_difficulty, check_model_positions,
                            check_prompts_fit, check_view_vocabulary, env_mode, job_evaluation, make_accelerator)
@@ -357,7 +351,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     apply_threads(cfg)
     n = args.tasks if args.tasks is not None else cfg.eval.tasks
     splits = [s.strip() for s in args.splits.split(",")] if args.splits else list(cfg.eval.splits)
-    saved = args.policy or (run_policy(args.run_dir) if args.run_dir else None)
+    saved = args.policy or (latest_policy(args.run_dir) if args.run_dir else None)
     if saved and not args.policy:
         print(f"evaluating {saved} (the run's latest policy)", file=sys.stderr)
     if args.run_dir and args.config is None and (Path(args.run_dir) / "config.yaml").exists():

@@ -28,6 +28,7 @@ from rods_gym.registration import DIFFICULTY_NAMES
 from rods_gym.task import TaskSpec
 
 from .checkpoint import latest_checkpoint, latest_policy, refuse_stale_checkpoints
+from .commands import note
 from .config import TrainConfig, save_config
 from .evaluation import evaluate_sets, figures_line
 from .loop import LoopResult, check_source_fits_rollout, env_kwargs, eval_scalars, evaluation_engine, grpo_train
@@ -325,15 +326,9 @@ def make_run_policy(cfg: TrainConfig, mode: str, eval_sets: Mapping[str, Sequenc
         if why:
             raise FileNotFoundError(f"{exc}; the run's own {saved} cannot stand in for it: {why}") from exc
         policy = load_policy(saved, dtype=cfg.policy.dtype)
-        _note(f"resume: policy.model {cfg.policy.model} cannot be loaded here ({exc}); the policy is built from the "
+        note(f"resume: policy.model {cfg.policy.model} cannot be loaded here ({exc}); the policy is built from the "
               f"run's own {saved} (the same model and tokenizer, with the run's trained weights)")
         return replace(policy, name=cfg.policy.model)
-
-
-def _note(message: str) -> None:
-    """Print ``message`` once per job (before an accelerator exists: ``RANK`` is 0, or unset)."""
-    if os.environ.get("RANK", "0") == "0":
-        print(message, flush=True)
 
 
 def check_model_positions(cfg: TrainConfig, policy: Policy) -> None:
