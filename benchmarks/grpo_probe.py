@@ -28,9 +28,11 @@ Compare per turn type with ``compare_policies.py --stratum``.
 
     python benchmarks/grpo_probe.py runs/default/sft_policy /tmp/tool --steps 80 --strata missing_tool,multi_turn grpo.lr=1e-4
 
-``--lowrank R`` trains only rank-R updates of the decoder's linear layers (LoRA-style, through
-``torch.nn.utils.parametrize``; checkpoints hold the merged weights): whether an update of low capacity
-learns such a rule while forgetting less of the other kinds.
+``--lowrank R`` trains only rank-R LoRA adapters of the decoder's linear layers (the trainer's own
+``lora.rank=R lora.alpha=2R``, through peft; checkpoints hold the merged weights): whether an update of low
+capacity learns such a rule while forgetting less of the other kinds. (RESULTS.md's low-rank figures were
+measured with an earlier home-made parametrization of the same scale, alpha / r = 2, and lora_A drawn as
+randn / sqrt(in_features) where peft draws it Kaiming-uniform.)
 
     python benchmarks/grpo_probe.py runs/default/sft_policy /tmp/lr4 --steps 80 --lowrank 4 --strata missing_tool,multi_turn grpo.lr=1e-3
 """
@@ -103,48 +105,6 @@ def fresh_tasks(n: int, seed: int, strata: Sequence[str] = (), share: float = 1.
 PROBE_OUTPUTS = frozenset({"probe.json", "checkpoints", "metrics.jsonl", "tensorboard"})
 
 
-class LowRankDelta(torch.nn.Module):
-    """A weight's low-rank update, W = W0 + (2 B A): A random, B zero, so the policy starts unchanged
-    (LoRA's scaling alpha / r with alpha = 2 r)."""
-
-    def __init__(self, out_features: int, in_features: int, rank: int, generator: torch.Generator) -> None:
-        super().__init__()
-        self.A = torch.nn.Parameter(torch.randn(rank, in_features, generator=generator) / in_features ** 0.5)
-        self.B = torch.nn.Parameter(torch.zeros(out_features, rank))
-
-    def forward(self, weight: torch.Tensor) -> torch.Tensor:
-        return weight + 2.0 * self.B @ self.A
-
-
-def _merged_weight(module: torch.nn.Module, state: dict, prefix: str, _metadata: Any) -> None:
-    """State-dict hook: a parametrized linear layer saves its merged weight under its plain name, so that
-    checkpoints are ordinary policies any tool (``rods evaluate``, ``from_pretrained``) loads."""
-    for key in [k for k in state if k.startswith(prefix + "parametrizations.")]:
-        del state[key]
-    state[prefix + "weight"] = module.weight.detach()
-
-
-def add_low_rank_updates(model: torch.nn.Module, rank: int, seed: int = 0) -> int:
-    """Freeze ``model`` and give every linear layer of its decoder layers a trainable rank-``rank`` update
-    (``torch.nn.utils.parametrize``); embeddings, norms and the tied output layer stay fixed. GRPO then
-    trains only the updates (it optimizes the parameters that require a gradient). Returns their count."""
-    from torch.nn.utils import parametrize
-
-    if rank < 1:
-        raise ValueError(f"--lowrank must be >= 1 (the rank of each layer's update), got {rank}")
-    model.requires_grad_(False)
-    generator = torch.Generator().manual_seed(seed)
-    count = 0
-    for layer in model.model.layers:
-        for module in [m for m in layer.modules() if isinstance(m, torch.nn.Linear)]:
-            delta = LowRankDelta(*module.weight.shape, rank, generator)
-            parametrize.register_parametrization(module, "weight", delta)
-            module.parametrizations.weight.original.requires_grad_(False)
-            module._register_state_dict_hook(_merged_weight)
-            count += sum(p.numel() for p in delta.parameters())
-    return count
-
-
 def clear_output(out: Path, policy_dir: Path) -> None:
     """Make ``out`` an empty directory, refusing to delete anything the probe did not write: the policy
     (or a directory holding it, such as its run directory) and any directory holding other files than
@@ -165,8 +125,8 @@ def probe(policy_dir: str | Path, out: str | Path, *, steps: int, data_seed: int
           strata: Sequence[str] = (), strata_share: float = 1.0, lowrank: int = 0) -> dict[str, Any]:
     """GRPO from ``policy_dir`` for ``steps`` steps on fresh tasks (``strata``/``strata_share``: see
     ``fresh_tasks``), or, with ``fit``, on that many train tasks it fails, all in every step; the run's
-    quarters and test figures. ``lowrank`` > 0: only low-rank updates of that rank train
-    (``add_low_rank_updates``)."""
+    quarters and test figures. ``lowrank`` > 0: only LoRA adapters of that rank train (``lora.rank``,
+    ``lora.alpha`` = 2 x rank; an override naming them wins)."""
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     if fit < 0:
@@ -188,17 +148,13 @@ def probe(policy_dir: str | Path, out: str | Path, *, steps: int, data_seed: int
     if not fit and base.sft.data == "sampled" and base.sft.data_seed in seeds_drawn:
         raise ValueError(f"--data-seed {data_seed} draws from the warm start's own sft.data_seed "
                          f"{base.sft.data_seed}: its demonstrations would be the training tasks; pick another seed")
-    cfg = load_config(config, [*overrides, f"run_dir={out}", f"steps={steps}", "time_limit_min=0", "progress_bar=false",
+    adapters = [f"lora.rank={lowrank}", f"lora.alpha={2 * lowrank}"] if lowrank else []
+    cfg = load_config(config, [*adapters, *overrides, f"run_dir={out}", f"steps={steps}", "time_limit_min=0", "progress_bar=false",
                                "tensorboard=false", "eval.every=0"])
     if eval_tasks < 1:
         raise ValueError(f"--eval-tasks must be >= 1 (test tasks, spread over depths), got {eval_tasks}")
     torch.set_num_threads(threads)
     policy = load_policy(policy_dir, dtype=cfg.policy.dtype)  # before OUT is touched: a bad path loses nothing
-    if lowrank:
-        if cfg.grpo.beta > 0:
-            raise ValueError("--lowrank with grpo.beta > 0: the KL reference is saved from the parametrized policy; "
-                             "run the low-rank probe without the KL term")
-        add_low_rank_updates(policy.model, lowrank, seed=cfg.seed)
     clear_output(out, Path(policy_dir))
     engine = evaluation_engine(cfg, policy)
     if fit:

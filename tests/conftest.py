@@ -233,3 +233,25 @@ def warm_tiny_policy(out_dir: Path, sft_steps: int) -> Path:
     demos = make_demonstrations(policy, easy_seed_tasks(), "rods/ToolChain-Compact-v0")
     train_sft(policy, demos, SFTConfig(steps=sft_steps, batch_size=6, lr=5e-3, warmup_steps=3), seed=0)
     return save_policy(policy, out_dir)
+
+
+class SFTCrash(Exception):
+    """What ``crash_warm_start_after`` raises: a warm start that dies part-way."""
+
+
+def crash_warm_start_after(monkeypatch: pytest.MonkeyPatch, step: int) -> Callable[[], None]:
+    """Make the pipeline's warm start raise ``SFTCrash`` in its step ``step + 1`` (0-based ``step``, after that
+    step's loss is logged). Returns the function that restores the real one (for the resume)."""
+    from rods_gym.trainer import pipeline
+
+    real = pipeline.train_sft
+
+    def crashing(*args: Any, on_step: Callable[[int, float], None], **kwargs: Any) -> Any:
+        def hook(at: int, loss: float) -> None:
+            on_step(at, loss)
+            if at == step:
+                raise SFTCrash
+        return real(*args, on_step=hook, **kwargs)
+
+    monkeypatch.setattr(pipeline, "train_sft", crashing)
+    return lambda: monkeypatch.setattr(pipeline, "train_sft", real)

@@ -55,20 +55,20 @@ WORKER = textwrap.dedent("""
     # 2. two GRPO steps of the real loop, each rank rolling out its share of the tasks, with greedy-branch
     #    groups (each rank branches its own tasks' failures, so the ranks train on different numbers of rows;
     #    on tasks the warm start has not seen, so that its greedy episodes fail)
-    cfg = load_config(None, [f"run_dir={out / 'run'}", "steps=2", "time_limit_min=0", "checkpoint_every=0",
-                             "tensorboard=false", "progress_bar=false", "rollout.group_size=3",
-                             "rollout.tasks_per_step=4", "rollout.max_action_tokens=8", "rollout.max_turns=4",
-                             "grpo.lr=1e-3", "grpo.micro_batch_size=4", "grpo.minibatches=2",
-                             "rollout.branch_size=3"])
+    def run_config(name, *more):
+        """Two GRPO steps of 4 tasks x 3 rollouts into out/NAME, with ``more`` overrides."""
+        return load_config(None, [f"run_dir={out / name}", "steps=2", "time_limit_min=0", "checkpoint_every=0",
+                                  "tensorboard=false", "progress_bar=false", "rollout.group_size=3",
+                                  "rollout.tasks_per_step=4", "rollout.max_action_tokens=8", "rollout.max_turns=4",
+                                  "grpo.micro_batch_size=4", *more])
+
+    cfg = run_config("run", "grpo.lr=1e-3", "grpo.minibatches=2", "rollout.branch_size=3")
     trained = load_policy(warm)
     result = grpo_train(cfg, trained, read_jsonl(held_out_file), run_dir=cfg.run_dir, accelerator=acc)
 
     # 3. the same with the PPO-ptx term: each rank imitates its own demonstrations, DDP averages them
-    ptx_cfg = load_config(None, [f"run_dir={out / 'ptx'}", "steps=2", "time_limit_min=0", "checkpoint_every=0",
-                                 "tensorboard=false", "progress_bar=false", "rollout.group_size=3",
-                                 "rollout.tasks_per_step=4", "rollout.max_action_tokens=8", "rollout.max_turns=4",
-                                 "grpo.lr=1e-3", "grpo.micro_batch_size=4", "grpo.minibatches=2",
-                                 "grpo.sft_weight=1.0", "grpo.sft_batch=2", "sft.demos=8"])
+    ptx_cfg = run_config("ptx", "grpo.lr=1e-3", "grpo.minibatches=2", "grpo.sft_weight=1.0", "grpo.sft_batch=2",
+                         "sft.demos=8")
     ptx_policy = load_policy(warm)
     ptx_result = grpo_train(ptx_cfg, ptx_policy, seeds, run_dir=ptx_cfg.run_dir, accelerator=acc)
     torch.save({"ptx_weights": torch.cat([p.detach().flatten() for p in ptx_policy.model.parameters()]),
@@ -83,6 +83,13 @@ WORKER = textwrap.dedent("""
     torch.save({"sft_losses": sft_losses,
                 "sft_weights": torch.cat([p.detach().flatten() for p in sft_policy.model.parameters()])},
                out / f"sft{rank}.pt")
+    # 5. GRPO through LoRA adapters with a KL term (the reference: the adapters switched off)
+    lora_cfg = run_config("lora", "grpo.lr=1e-2", "grpo.beta=0.05", "lora.rank=4")
+    lora_policy = load_policy(warm)
+    lora_result = grpo_train(lora_cfg, lora_policy, seeds, run_dir=lora_cfg.run_dir, accelerator=acc)
+    torch.save({"adapters": {n: p.detach() for n, p in lora_policy.model.named_parameters() if ".lora_" in n},
+                "base": {n: p.detach() for n, p in lora_policy.model.named_parameters() if ".lora_" not in n},
+                "kl": [h["kl"] for h in lora_result.history]}, out / f"lora{rank}.pt")
     torch.save({"rank": rank, "world": world, "backend": acc.state.backend, "local": local, "synced": synced, "every_local": every_local,
                 "weights": torch.cat([p.detach().flatten() for p in trained.model.parameters()]),
                 "history": result.history}, out / f"rank{rank}.pt")
@@ -162,6 +169,14 @@ def test_two_cpu_processes_average_gradients_and_stay_identical(tmp_path: Path) 
     with torch.no_grad():
         expected = float(sft_loss(load_policy(warm).model.train(), ids, attn, amask))
     assert s0[0] == pytest.approx(expected, rel=1e-4)
+    # LoRA: both ranks hold the same adapters, which moved; the base weights are the warm start's on both
+    l0, l1 = (torch.load(tmp_path / f"lora{r}.pt", weights_only=False) for r in (0, 1))
+    assert l0["adapters"].keys() == l1["adapters"].keys() and l0["adapters"]
+    assert all(torch.equal(l0["adapters"][n], l1["adapters"][n]) for n in l0["adapters"])
+    assert any(n.endswith("lora_B.default.weight") and t.abs().max() > 0 for n, t in l0["adapters"].items())
+    warm_weights = torch.cat([p.detach().flatten() for p in load_policy(warm).model.parameters()])
+    assert torch.equal(torch.cat([t.flatten() for t in l0["base"].values()]), warm_weights)
+    assert l0["kl"] == l1["kl"] and l0["kl"][1] > 0
     # the metrics cover the episodes of both ranks (4 tasks x 3 rollouts)
     assert [h["episodes"] for h in r0["history"]] == [12, 12]
     # and every process logged the same (gathered) training statistics

@@ -293,31 +293,14 @@ def test_grpo_probe_strata_pick_the_turn_types_a_run_trains_on(gp, tmp_path: Pat
     assert not (tmp_path / "x").exists()  # refused before anything is written
 
 
-def test_grpo_probe_low_rank_updates_train_only_the_deltas_and_save_merged_weights(gp, tmp_path: Path,
-                                                                                 monkeypatch) -> None:
+def test_grpo_probe_low_rank_trains_lora_adapters_and_saves_merged_weights(gp, tmp_path: Path, monkeypatch) -> None:
     import torch
 
-    from rods_gym.trainer.policy import load_policy, save_policy
+    from rods_gym.trainer.policy import load_policy
 
     start = warm_tiny_policy(tmp_path / "start", sft_steps=80)  # partial success: GRPO groups have spread
-    policy = load_policy(start)
-    ids = torch.tensor([[3, 4, 5, 6]])
-    before = policy.model(input_ids=ids).logits
-    n = gp.add_low_rank_updates(policy.model, 2)
-    trainable = [name for name, p in policy.model.named_parameters() if p.requires_grad]
-    assert trainable and all(name.endswith((".A", ".B")) for name in trainable)
-    assert n == sum(p.numel() for p in policy.model.parameters() if p.requires_grad)
-    assert torch.equal(policy.model(input_ids=ids).logits, before)  # B = 0: the policy starts unchanged
-    with torch.no_grad():
-        for name, p in policy.model.named_parameters():
-            if name.endswith(".B"):
-                p.normal_(0, 0.05)
-    moved = policy.model(input_ids=ids).logits
-    assert not torch.allclose(moved, before)
-    save_policy(policy, tmp_path / "merged")  # an ordinary policy: the merged weights under their plain names
-    assert torch.allclose(load_policy(tmp_path / "merged").model(input_ids=ids).logits, moved, atol=1e-5)
-    with pytest.raises(ValueError, match="--lowrank must be >= 1"):
-        gp.add_low_rank_updates(load_policy(start).model, 0)
+    with pytest.raises(ValueError, match="--lowrank must be >= 0"):
+        gp.probe(str(start), tmp_path / "x", steps=1, lowrank=-1)
     # the probe with low-rank updates: only the decoder's linear weights move
     monkeypatch.setattr(gp, "demonstration_tasks", lambda n, seed: (easy_seed_tasks() * n)[:n])
     report = gp.main([str(start), str(tmp_path / "lr"), *PROBE_SMOKE, "grpo.lr=1e-2", "--lowrank", "2"])
@@ -326,3 +309,6 @@ def test_grpo_probe_low_rank_updates_train_only_the_deltas_and_save_merged_weigh
     b = load_policy(tmp_path / "lr" / "checkpoints" / "step-000002" / "policy").model.state_dict()
     changed = {k for k in a if not torch.equal(a[k], b[k])}
     assert changed and all(k.startswith("model.layers.") and "norm" not in k for k in changed)
+    # merged with a rank-2 update: every changed weight differs from the warm start's by rank <= 2
+    assert all(torch.linalg.matrix_rank(b[k] - a[k], atol=1e-6) <= 2 for k in changed)
+    assert (tmp_path / "lr" / "checkpoints" / "step-000002" / "policy" / "adapter" / "adapter_config.json").exists()

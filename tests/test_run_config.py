@@ -325,14 +325,30 @@ def test_resume_refuses_changes_to_what_the_weights_were_trained_for(tmp_path: P
     for change, shown in ((["--model", "Qwen/Qwen2.5-0.5B"], "policy.model: 'tiny' -> 'Qwen/Qwen2.5-0.5B'"),
                           (["policy.hidden_size=32"], "policy.hidden_size: 128 -> 32"),
                           (["--env", "rods/ToolChain-Easy-Chat-v0"], "data.env_id: 'rods/ToolChain-Compact-v0' ->"),
-                          (["data.slot_ids=typed"], "data.slot_ids: 'ordered' -> 'typed'")):
+                          (["data.slot_ids=typed"], "data.slot_ids: 'ordered' -> 'typed'"),
+                          (["lora.rank=8"], "lora.rank: 0 -> 8"),
+                          (["lora.target_modules=[q_proj]"], "lora.target_modules: ['all-linear'] -> ['q_proj']")):
         with pytest.raises(ValueError, match="would change what the run's saved weights are") as info:
             load_from_args(_args("train", "--run-dir", str(run), "--resume", *change))
         assert shown in str(info.value)
     # how the weights load, another environment of the same view, ordered -> shuffled ids, and the rest may change
     cfg = load_from_args(_args("train", "--run-dir", str(run), "--resume", "policy.dtype=bfloat16", "steps=12",
-                               "--env", "rods/ToolChain-Easy-Compact-v0", "data.slot_ids=shuffled"))
+                               "--env", "rods/ToolChain-Easy-Compact-v0", "data.slot_ids=shuffled",
+                               "policy.gradient_checkpointing=true", "lora.dropout=0.1"))
     assert (cfg.policy.dtype, cfg.steps, cfg.data.slot_ids) == ("bfloat16", 12, "shuffled")
+    assert cfg.policy.gradient_checkpointing and cfg.lora.dropout == 0.1
+    # LoRA's shape is free while no GRPO checkpoint holds adapters (a finished warm start alone)
+    warm_only = tmp_path / "warm_only"
+    (warm_only / "sft_policy").mkdir(parents=True)
+    (warm_only / "sft_policy" / "config.json").write_text("{}")
+    save_config(load_config("default", [f"run_dir={warm_only}"]), warm_only / "config.yaml")
+    assert load_from_args(_args("train", "--run-dir", str(warm_only), "--resume", "lora.rank=8")).lora.rank == 8
+    # a warm start under way (its checkpoint, no sft_policy/ yet) keeps training its weights the way it began
+    midway = tmp_path / "midway"
+    (midway / "sft_checkpoint").mkdir(parents=True)
+    save_config(load_config("default", [f"run_dir={midway}"]), midway / "config.yaml")
+    with pytest.raises(ValueError, match="lora.sft: False -> True would change what the run's saved weights are"):
+        load_from_args(_args("train", "--run-dir", str(midway), "--resume", "lora.rank=4", "lora.sft=true"))
     capsys.readouterr()
 
 

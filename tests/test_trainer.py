@@ -25,7 +25,7 @@ from rods_gym.trainer.sources import available_sources, make_source
 from rods_gym.trainer.task_source import FixedSeeds
 from rods_gym.trainer.threads import torch_threads
 
-from conftest import TIMING_METRICS, warm_tiny_policy
+from conftest import TIMING_METRICS, SFTCrash, crash_warm_start_after, warm_tiny_policy
 from conftest import easy_seed_tasks as seed_tasks
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
@@ -645,7 +645,6 @@ def test_a_resumed_log_replaces_what_the_interrupted_run_logged_past_its_checkpo
 def test_a_job_killed_in_its_warm_start_resumes_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """rods train --resume after a crash in the warm start: the SFT continues from its last checkpoint to
     the warm start an uninterrupted job makes, and its loss log has every step once."""
-    from rods_gym.trainer import pipeline
     from rods_gym.trainer.pipeline import run_training
 
     def config(run: Path, *more: str) -> TrainConfig:
@@ -658,23 +657,11 @@ def test_a_job_killed_in_its_warm_start_resumes_there(tmp_path: Path, monkeypatc
                                        "rollout.max_turns=3", "rollout.max_action_tokens=8", *more])
 
     run_training(config(tmp_path / "clean"))
-    real = pipeline.train_sft
-
-    class Crash(Exception):
-        pass
-
-    def crashing(*args, on_step, **kwargs):
-        def hook(step: int, loss: float) -> None:
-            on_step(step, loss)
-            if step == 2:  # in the third step, after the step-2 checkpoint
-                raise Crash
-        return real(*args, on_step=hook, **kwargs)
-
-    monkeypatch.setattr(pipeline, "train_sft", crashing)
-    with pytest.raises(Crash):
+    restore = crash_warm_start_after(monkeypatch, step=2)  # in the third step, after the step-2 checkpoint
+    with pytest.raises(SFTCrash):
         run_training(config(tmp_path / "run"))
     assert (tmp_path / "run" / "sft_checkpoint").exists() and not (tmp_path / "run" / "sft_policy").exists()
-    monkeypatch.setattr(pipeline, "train_sft", real)
+    restore()
     # TensorBoard reads a directory's event files in name order: creation second, then a per-process counter
     # compared as text; a real resume is seconds later, this one must wait so its purge is read after the crash
     time.sleep(1.1)

@@ -73,8 +73,9 @@ def load_from_args(args: argparse.Namespace, *, run_config: bool = False) -> Any
     fixed = [f"{k}: {a!r} -> {b!r}" for k, (a, b) in diff.items() if changes_the_weights(k, before, cfg)]
     if fixed and any((Path(cfg.run_dir) / name).exists() for name in RESUMABLE):
         raise ValueError(f"--resume: {', '.join(fixed)} would change "
-                         "what the run's saved weights are (the model, its tokenizer or the view they were trained "
-                         "on); start a new run in another --run-dir, or evaluate the run's policy with rods evaluate")
+                         "what the run's saved weights are (the model, its tokenizer, the view they were trained "
+                         "on, or its LoRA adapters); start a new run in another --run-dir, or evaluate the run's "
+                         "policy with rods evaluate")
     late = [k for k in diff if k.startswith("sft.") and not (cfg.grpo.sft_weight > 0 and k in PTX_DEMO_FIELDS)]
     if late and (Path(cfg.run_dir) / "sft_policy" / "config.json").exists():
         # the warm start ran with the saved values: keep them, so that config.yaml stays a true record of the run
@@ -110,13 +111,21 @@ def restore_config_from_checkpoint(run_dir: Path) -> None:
 def changes_the_weights(key: str, before: Any, after: Any) -> bool:
     """Whether changing config field ``key`` from ``before``'s value to ``after``'s changes what a run's saved
     weights are, or were trained for: the model (every field of the embedded model but how it loads); the
-    environment's view (compact, chat); typed slot ids, which the embedded compact tokenizer spells."""
+    environment's view (compact, chat); typed slot ids, which the embedded compact tokenizer spells; the shape of
+    LoRA adapters once GRPO checkpoints hold them; and whether a warm start that is under way trains adapters."""
+    from .checkpoint import latest_checkpoint
     from .sft import env_mode
 
+    run_dir = Path(after.run_dir)
     if key == "policy.model":
         return True
     if key.startswith("policy."):
-        return before.policy.model == "tiny" and key not in ("policy.dtype", "policy.local_files_only")
+        return before.policy.model == "tiny" and key not in ("policy.dtype", "policy.local_files_only",
+                                                             "policy.gradient_checkpointing")
+    if key in ("lora.rank", "lora.alpha", "lora.target_modules"):
+        return latest_checkpoint(run_dir / "checkpoints") is not None
+    if key == "lora.sft":  # a warm start's checkpoint holds its weights with or without adapters
+        return (run_dir / "sft_checkpoint").exists() and not (run_dir / "sft_policy" / "config.json").exists()
     if key == "data.env_id":
         return env_mode(before.data.env_id) != env_mode(after.data.env_id)
     if key == "data.slot_ids":

@@ -42,9 +42,27 @@ class Generated:
     stopped: bool  # ended with a stop token (else: hit the length limit)
 
 
+def forward_parameters(model: torch.nn.Module) -> frozenset[str]:
+    """The named parameters of the forward of the causal LM inside ``model``: through a DDP wrapper
+    (``.module``) and a peft model (whose forward passes ``**kwargs`` on to its base model's)."""
+    inner = getattr(model, "module", model)
+    if hasattr(inner, "get_base_model"):
+        inner = inner.get_base_model()
+    try:
+        return frozenset(inspect.signature(inner.forward).parameters)
+    except (TypeError, ValueError):
+        return frozenset()
+
+
+def no_cache(model: torch.nn.Module) -> dict[str, bool]:
+    """``use_cache=False`` for a training forward of a model that takes it: no KV cache is built (none is wanted,
+    and gradient checkpointing refuses one)."""
+    return {"use_cache": False} if "use_cache" in forward_parameters(model) else {}
+
+
 def _cache_kwarg(model: PreTrainedModel) -> str:
     """``cache`` in transformers >= 5.2x, ``past_key_values`` before."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    return "cache" if "cache" in forward_parameters(model) else "past_key_values"
 
 
 def _cache_of(out: Any) -> Any:
@@ -72,7 +90,7 @@ class DecodeSession:
         self.device = next(model.parameters()).device
         self.key = _cache_kwarg(model)
         # only the last position's logits are needed; a model whose forward has no logits_to_keep computes them all
-        self.last_only = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+        self.last_only = {"logits_to_keep": 1} if "logits_to_keep" in forward_parameters(model) else {}
         self.cache: Any = None
         self.mask = torch.zeros((n_rows, 0), dtype=torch.long, device=self.device)
         self.next_pos = torch.zeros(n_rows, dtype=torch.long, device=self.device)

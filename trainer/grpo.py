@@ -17,13 +17,14 @@ Aggregation over a batch (``normalizer`` lets micro-batches add up to the full b
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import Hashable, Sequence
 
 import torch
 import torch.nn.functional as F
 from transformers import modeling_utils
+
+from .generation import forward_parameters, no_cache
 
 SCALES = ("group", "none")
 AGGREGATIONS = ("token", "sequence", "dr_grpo")
@@ -168,11 +169,7 @@ def _keeps_masked_logits(model: torch.nn.Module) -> bool:
     transformers slices it with ``slice_logits_to_keep`` (which accepts a boolean [B, T] mask)."""
     if not hasattr(modeling_utils, "slice_logits_to_keep"):
         return False
-    inner = getattr(model, "module", model)
-    try:
-        return "logits_to_keep" in inspect.signature(inner.forward).parameters
-    except (TypeError, ValueError):
-        return False
+    return "logits_to_keep" in forward_parameters(model)
 
 
 def _target_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float,
@@ -201,12 +198,12 @@ def token_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
         if bool(keep.any()):
             keep_logits = torch.cat([keep, keep.new_zeros((keep.shape[0], 1))], dim=1)  # position t predicts t + 1
             logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
-                           logits_to_keep=keep_logits).logits
+                           logits_to_keep=keep_logits, **no_cache(model)).logits
             if logits.dim() == 2 and logits.shape[0] == int(keep.sum()):  # else: a model that slices otherwise
                 lp, ent = _target_logprobs(logits, targets[keep], temperature, with_entropy)
                 zeros = torch.zeros(keep.shape, dtype=lp.dtype, device=lp.device)
                 return zeros.masked_scatter(keep, lp), None if ent is None else zeros.masked_scatter(keep, ent)
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions).logits
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, **no_cache(model)).logits
     return _target_logprobs(logits[:, :-1], targets, temperature, with_entropy)
 
 

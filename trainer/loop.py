@@ -39,9 +39,10 @@ from .curricula.arms import DynamicSampling
 from .evaluation import evaluate_sets, strip_tokens
 from .grpo import (Batch, LossSettings, action_advantages, discounted_return, grpo_loss, group_advantages, make_batch,
                    state_advantages, token_logprobs, weigh_negatives)
+from .lora import adapters_off, add_adapters, is_adapted, load_adapter
 from .master_weights import MasterWeights
 from .metrics import MetricsLogger
-from .policy import Policy, load_policy, save_policy
+from .policy import Policy, enable_gradient_checkpointing, load_policy, save_policy
 from .rollout import RolloutEngine, RolloutSettings, RolloutStats, Trajectory, branch_before_first_miss, misses
 from .sft import Demo, demonstrations, sft_batch_loss
 from .sources import make_source, source_env_options
@@ -295,8 +296,14 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
     ckpt = latest_checkpoint(ckpt_root) if resume else None
     if ckpt is not None:
         check_world_size(ckpt, world)
+    if cfg.policy.gradient_checkpointing:
+        enable_gradient_checkpointing(policy.model)
+    if cfg.lora.rank > 0:  # adapters on the policy GRPO starts from; the base weights stay frozen
+        policy.model = add_adapters(policy.model, cfg.lora, seed=cfg.seed)
     ref_model = None
-    if g.beta > 0:  # the frozen reference: the policy GRPO starts from (saved as reference/ by the run that began)
+    if g.beta > 0 and is_adapted(policy.model):  # the reference is the frozen base: the adapters switched off
+        ref_model = policy.model
+    elif g.beta > 0:  # the frozen reference: the policy GRPO starts from (saved as reference/ by the run that began)
         ref_dir = run_dir / "reference"
         if ckpt is None and main:
             save_policy(policy, ref_dir)
@@ -310,7 +317,9 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
             ref_model = copy.deepcopy(policy.model)
         ref_model = ref_model.to(policy.device).eval()
         ref_model.requires_grad_(False)
-    if ckpt is not None:
+    if ckpt is not None and is_adapted(policy.model):
+        load_adapter(policy.model, ckpt / "policy")
+    elif ckpt is not None:
         policy.model.load_state_dict(load_policy(ckpt / "policy", dtype=cfg.policy.dtype).model.state_dict())
     if g.freeze_embeddings:
         policy.model.get_input_embeddings().weight.requires_grad_(False)
@@ -445,7 +454,8 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
             real = torch.tensor([1.0] * len(trajs) + [0.0] * n_null)
             update_tokens = float(batch.attention_mask[: len(trajs)].sum()) * g.epochs
             if ref_model is not None:
-                batch.ref_logp = reference_logprobs(ref_model, batch, g.micro_batch_size, r.temperature)
+                with adapters_off(unwrapped) if ref_model is policy.model else nullcontext():
+                    batch.ref_logp = reference_logprobs(ref_model, batch, g.micro_batch_size, r.temperature)
             model.train()
             for epoch in range(g.epochs):
                 order = np.random.default_rng([cfg.seed, step, epoch]).permutation(len(batch))

@@ -34,8 +34,9 @@ from .evaluation import evaluate_sets, figures_line
 from .loop import LoopResult, check_source_fits_rollout, env_kwargs, eval_scalars, evaluation_engine, grpo_train
 from .metrics import MetricsLogger, read_jsonl
 from .plots import plot_training_curve
-from .policy import (Policy, check_policy_view, load_policy, local_model_path, longest_compact_call, make_policy,
-                     save_policy)
+from .lora import add_adapters, is_adapted, merge_adapters
+from .policy import (Policy, check_policy_view, enable_gradient_checkpointing, load_policy, local_model_path,
+                     longest_compact_call, make_policy, save_policy)
 from .rollout import RolloutEngine, conversation_start, prompt_overflow
 from .sft import Demo, demonstrations, env_mode, oracle_episode, train_sft
 from .sources import make_source
@@ -197,9 +198,15 @@ def warm_start(cfg: TrainConfig, policy: Policy, seeds: list, accelerator: Accel
         if logger is not None:
             logger.log({"step": step + 1, "loss": loss}, step + 1, prefix="sft")
 
+    if cfg.policy.gradient_checkpointing:
+        enable_gradient_checkpointing(policy.model)
+    if cfg.lora.sft:  # the warm start trains adapters, merged into the weights when it ends
+        policy.model = add_adapters(policy.model, cfg.lora, seed=cfg.seed)
     with torch_threads(cfg.sft.threads):
         losses = train_sft(policy, demos, cfg.sft, seed=cfg.seed, accelerator=accelerator, on_start=on_start,
                            on_step=on_step, checkpoint_dir=ckpt_dir, progress_bar=cfg.progress_bar)
+    if is_adapted(policy.model):
+        policy.model = merge_adapters(policy.model)
     if logger is not None:
         logger.close()
     record = {"data": cfg.sft.data, "demos": len(demos), "steps": cfg.sft.steps, "final_loss": losses[-1] if losses else None,
@@ -318,6 +325,9 @@ def make_run_policy(cfg: TrainConfig, mode: str, eval_sets: Mapping[str, Sequenc
                                                             cfg.eval.samples, cfg.seed)
         if cfg.sft.enabled and not sft_done:
             why = "the warm start (no sft_policy/ yet) is trained from the base model"
+        elif not cfg.sft.enabled and cfg.lora.rank > 0:
+            why = ("with sft.enabled=false and lora.rank > 0 GRPO's adapters sit on the base model's own weights (a saved "
+                   "policy holds them merged with the adapters)")
         elif not cfg.sft.enabled and not before_reused:
             why = (f"with sft.enabled=false the evaluation before GRPO runs on the base model ({before} is missing "
                    "or was measured on other tasks or samples)")

@@ -240,20 +240,39 @@ def longest_compact_call(policy: Policy, suite: Suite | None = None, slot_ids: s
 
 def save_policy(policy: Policy, path: str | Path) -> Path:
     """``save_pretrained`` of model and tokenizer, without transformers' per-save progress bar (a run
-    saves at every checkpoint; the bar's earlier state is restored)."""
+    saves at every checkpoint; the bar's earlier state is restored). A model with LoRA adapters is saved
+    as the plain model with the adapters merged into its weights, the adapter itself in ``adapter/``."""
     from transformers.utils import logging as hf_logging
+
+    from .lora import ADAPTER_DIR, is_adapted, merged_state_dict, save_adapter
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     shown = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
-        policy.model.save_pretrained(path)
+        if is_adapted(policy.model):
+            policy.model.get_base_model().save_pretrained(path, state_dict=merged_state_dict(policy.model))
+            save_adapter(policy.model, path / ADAPTER_DIR)
+        else:
+            policy.model.save_pretrained(path)
         policy.tokenizer.save_pretrained(path)
     finally:
         if shown:
             hf_logging.enable_progress_bar()
     return path
+
+
+def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
+    """transformers' gradient checkpointing (non-reentrant, so it needs no input that requires grad, as with
+    frozen embeddings under LoRA). Only training forwards recompute; generation in eval mode is unchanged."""
+    inner = getattr(model, "module", model)
+    if not getattr(inner, "supports_gradient_checkpointing", False):
+        raise ValueError(f"policy.gradient_checkpointing: {type(inner).__name__} does not support gradient checkpointing")
+    if hasattr(inner, "activation_checkpointing_enable"):  # transformers >= 5.2x's name
+        inner.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        inner.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def check_policy_view(policy: Policy, mode: str, env_id: str) -> None:

@@ -30,6 +30,7 @@ from rods_gym.suite import default_suite
 from rods_gym.task import TaskSpec
 
 from .config import SFTConfig, TrainConfig, env_kwargs
+from .generation import no_cache
 from .master_weights import MasterWeights
 from .policy import Policy
 from .recovery import slipped_call
@@ -183,7 +184,7 @@ def sft_loss(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor, acti
              n_tokens: float | None = None) -> torch.Tensor:
     """Cross-entropy of the agent's tokens (``action_mask`` aligned with ``ids``), summed / ``n_tokens``."""
     positions = (attn.cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=ids, attention_mask=attn, position_ids=positions).logits[:, :-1].float()
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=positions, **no_cache(model)).logits[:, :-1].float()
     target_mask = action_mask[:, 1:].float()
     nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none")
     denom = float(n_tokens) if n_tokens is not None else target_mask.sum().clamp(min=1.0)
@@ -310,7 +311,8 @@ def train_sft(policy: Policy, demos: Sequence[Demo], cfg: SFTConfig, *, seed: in
     saved = load_sft_checkpoint(Path(checkpoint_dir)) if checkpoint_dir is not None else None
     if saved is not None:
         model.load_state_dict(saved["model"])
-    masters = MasterWeights(model.parameters())  # fp32 copies of a bf16/fp16 policy's weights (none for fp32)
+    # fp32 copies of a bf16/fp16 policy's weights (none for fp32); only what trains (the adapters under LoRA)
+    masters = MasterWeights([p for p in model.parameters() if p.requires_grad])
     optimizer = torch.optim.AdamW(masters.tensors, lr=cfg.lr, weight_decay=0.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, cfg.warmup_steps, cfg.steps))
     if saved is not None:
