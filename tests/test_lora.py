@@ -14,7 +14,7 @@ from conftest import SFTCrash, crash_warm_start_after, easy_seed_tasks, warm_tin
 from rods_gym.trainer.checkpoint import latest_checkpoint
 from rods_gym.trainer.config import LoRAConfig, PolicyConfig, TrainConfig, load_config
 from rods_gym.trainer.grpo import token_logprobs
-from rods_gym.trainer.lora import ADAPTER_DIR, add_adapters, is_adapted, load_adapter
+from rods_gym.trainer.lora import ADAPTER_DIR, adapters_off, add_adapters, is_adapted, load_adapter
 from rods_gym.trainer.loop import grpo_train
 from rods_gym.trainer.metrics import read_jsonl
 from rods_gym.trainer.policy import build_tiny_policy, enable_gradient_checkpointing, load_policy
@@ -177,3 +177,33 @@ def test_a_warm_start_through_adapters_merges_and_resumes_after_a_crash(tmp_path
     resumed = load_policy(tmp_path / "run" / "sft_policy")
     for (name, a), b in zip(warm.model.named_parameters(), resumed.model.parameters()):
         assert torch.allclose(a, b, atol=1e-6), name
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "qwen2"])
+def test_merged_weights_reload_as_the_adapted_model_for_other_architectures(arch: str, tmp_path: Path) -> None:
+    """GPT-2's Conv1D layers store their weight transposed (peft's fan_in_fan_out); Qwen2 has biased q/k/v."""
+    from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, Qwen2Config, Qwen2ForCausalLM
+
+    from rods_gym.trainer.lora import merged_state_dict
+
+    torch.manual_seed(0)
+    if arch == "gpt2":
+        model = GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=100, bos_token_id=0,
+                                           eos_token_id=0))
+    else:
+        model = Qwen2ForCausalLM(Qwen2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                             num_attention_heads=2, num_key_value_heads=1, vocab_size=100))
+    adapted = add_adapters(model.eval(), LoRAConfig(rank=2))
+    assert sum(p.requires_grad for p in adapted.parameters()) > 0
+    with torch.no_grad():
+        for name, p in adapted.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.1)
+    adapted.get_base_model().save_pretrained(tmp_path, state_dict=merged_state_dict(adapted))
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    ids = torch.tensor([[1, 5, 9, 33, 2]])
+    with torch.no_grad():
+        a, b = adapted(input_ids=ids).logits, reloaded(input_ids=ids).logits
+        with adapters_off(adapted):
+            base = adapted(input_ids=ids).logits
+    assert torch.allclose(a, b, atol=1e-5) and not torch.allclose(a, base, atol=1e-3)
