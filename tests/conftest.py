@@ -16,8 +16,9 @@ from rods_gym import SamplerConfig, Suite, TaskSampler, TaskSpec, default_suite,
 
 BENCHMARKS_DIR = Path(__file__).resolve().parents[1] / "benchmarks"
 #: step-record keys that are wall-clock timings: the only ones two identical runs may disagree on
+# what differs between two runs of the same steps: timings, and the process's memory
 TIMING_METRICS = frozenset({"tokens_per_s", "rollout_tokens_per_s", "update_tokens_per_s", "time_gen", "time_env",
-                            "time_update", "time_step"})
+                            "time_update", "time_step", "mem_rss_mb", "mem_gpu_mb", "mem_gpu_peak_mb"})
 
 # A small lending-library domain, declared purely as data. Tests write it (or broken copies
 # of it) into a temporary directory: adding a domain must need no code change.

@@ -41,7 +41,7 @@ from .grpo import (Batch, LossSettings, action_advantages, discounted_return, gr
                    state_advantages, token_logprobs, weigh_negatives)
 from .lora import adapters_off, add_adapters, is_adapted, load_adapter
 from .master_weights import MasterWeights
-from .metrics import MetricsLogger
+from .metrics import MetricsLogger, memory_mb
 from .policy import Policy, enable_gradient_checkpointing, load_policy, save_policy
 from .rollout import RolloutEngine, RolloutSettings, RolloutStats, Trajectory, branch_before_first_miss, misses
 from .sft import Demo, demonstrations, sft_batch_loss
@@ -540,6 +540,7 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
             "episodes": sum(len(grp) for grp in rounds[0].light), "rollouts": len(all_trajs),
             "extra_rollouts": int(getattr(source, "extra_rollouts", 0)),
             "groups": len(groups), "groups_kept": len(kept), "refill_rounds": len(rounds) - 1,
+            **memory_mb(accelerator.device),  # the main process's (what a leak would show first)
         }
         if r.branch_size > 0:  # greedy-branch rollouts: the greedy episodes, the failed ones' branch groups
             record.update({"greedy_episodes": int(tot["greedy_episodes"]), "branch_groups": int(tot["branch_groups"]),

@@ -6,6 +6,22 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import torch
+
+
+def memory_mb(device: torch.device | None = None) -> dict[str, float]:
+    """This process's memory now: ``mem_rss_mb``, its resident set (psutil), and on a CUDA ``device``
+    ``mem_gpu_mb`` / ``mem_gpu_peak_mb``, the memory torch has allocated there now and at most since the
+    last call (whose peak this call resets). A long run's curve of them should stay flat."""
+    import psutil
+
+    out = {"mem_rss_mb": psutil.Process().memory_info().rss / 2**20}
+    if device is not None and device.type == "cuda":
+        out["mem_gpu_mb"] = torch.cuda.memory_allocated(device) / 2**20
+        out["mem_gpu_peak_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+        torch.cuda.reset_peak_memory_stats(device)
+    return out
+
 
 class MetricsLogger:
     """Appends one JSON line per record to ``path`` and mirrors scalars to TensorBoard.
