@@ -530,3 +530,29 @@ def test_resume_notes_are_printed_by_the_main_process_only(tmp_path: Path, capsy
     monkeypatch.setenv("RANK", "0")
     load_from_args(build_parser().parse_args(argv))
     assert "resume: the run's saved config" in capsys.readouterr().out
+
+
+def test_a_warm_start_longer_than_the_context_is_named_in_one_line(tmp_path: Path, capsys) -> None:
+    """The default (compact-sized) policy on the chat view: most demonstrations do not fit rollout.max_context.
+    Warned about before any work, with the two settings to raise; when none of the warm start's does, the
+    error is one line too, not a traceback from inside the run."""
+    from rods_gym.trainer.policy import make_policy
+    from rods_gym.trainer.sft import check_demonstrations_fit
+    from rods_gym.trainer.tasks import load_tasks
+
+    argv = ["train", "--env", "rods/ToolChain-Chat-v0", "--run-dir", str(tmp_path / "run"), "sft.demos=16",
+            "sft.steps=2", "eval.tasks=4", "steps=1", "progress_bar=false", "threads=1", "sft.threads=1"]
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback" not in err, err
+    *prompts, warning, error = err.strip().splitlines()  # first the prompts' own warnings (train and test tasks)
+    assert len(prompts) == 2 and all("exceeds rollout.max_context=1024" in line for line in prompts), prompts
+    assert warning.startswith("rods train: warning: 7 of 8 oracle demonstrations of seed tasks")
+    assert "rollout.max_context=4096 policy.max_positions=4096" in warning
+    assert error.startswith("rods train: error: 16 of 16 oracle demonstrations are longer than rollout.max_context=1024")
+    cfg = load_config("default", ["data.env_id=rods/ToolChain-Chat-v0"])
+    seeds = load_tasks(cfg.data.train_split, cfg.data)
+    deep = seeds[-4:]  # the set is ordered by depth: its deepest tasks, none of whose demonstrations fits
+    with pytest.raises(ValueError, match="4 of 4 oracle demonstrations .* nothing to imitate; raise rollout.max_context"):
+        check_demonstrations_fit(cfg, make_policy(cfg.policy, "chat"), deep, n=4)

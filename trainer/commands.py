@@ -299,9 +299,23 @@ def run_train(args: argparse.Namespace) -> int:
         from .checkpoint import check_source_resumes
 
         _or_exit("train", lambda: check_source_resumes(cfg.run_dir, inputs.source))
-    with _resumable("train", cfg.run_dir):
+    with _resumable("train", cfg.run_dir), _one_line_errors("train"):
         summary = run_training(cfg, resume=args.resume, inputs=inputs)
     return 0 if summary else 1
+
+
+@contextlib.contextmanager
+def _one_line_errors(command: str) -> Iterator[None]:
+    """A ``ValueError`` raised once the work has begun (a mistake only the data shows, e.g. a warm start with
+    nothing to imitate) as one line and exit status 2, like the checks before any work; ``RODS_TRACEBACK=1``
+    shows the traceback instead."""
+    try:
+        yield
+    except ValueError as exc:
+        if os.environ.get("RODS_TRACEBACK"):
+            raise
+        print(f"rods {command}: error: {exc} (RODS_TRACEBACK=1 shows where)", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 @contextlib.contextmanager
@@ -331,7 +345,7 @@ def run_sft(args: argparse.Namespace) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, run_dir / "config.yaml")
 
-    with _resumable("sft", cfg.run_dir):
+    with _resumable("sft", cfg.run_dir), _one_line_errors("sft"):
         warm_start(cfg, policy, inputs.seeds, accelerator, run_dir, args.resume, lambda *a: _print(accelerator, *a))
         # the job's own held-out evaluation, split across processes under accelerate launch
         results = job_evaluation(cfg, evaluation_engine(cfg, policy), inputs.eval_sets, accelerator)

@@ -38,7 +38,7 @@ from .lora import add_adapters, is_adapted, merge_adapters
 from .policy import (Policy, check_policy_view, enable_gradient_checkpointing, load_policy, local_model_path,
                      longest_compact_call, make_policy, save_policy)
 from .rollout import RolloutEngine, conversation_start, prompt_overflow
-from .sft import Demo, demonstrations, env_mode, oracle_episode, train_sft
+from .sft import Demo, check_demonstrations_fit, demonstrations, env_mode, oracle_episode, train_sft
 from .sources import make_source
 from .task_source import TaskSource
 from .threads import torch_threads
@@ -302,6 +302,8 @@ def prepare_inputs(cfg: TrainConfig, *, check_source: bool = True, resume: bool 
     if mode == "chat" and seeds:
         check_chat_template(cfg, policy, seeds[0])
     check_prompts_fit(cfg, policy, {"train": seeds, **eval_sets})
+    if not (resume and (Path(cfg.run_dir) / "sft_policy" / "config.json").exists()):  # a warm start still to train
+        check_demonstrations_fit(cfg, policy, seeds)
     return RunInputs(mode, seeds, eval_sets, policy, source)
 
 

@@ -160,10 +160,41 @@ def demonstrations(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], 
         what = (f"{len(demos) - len(fit)} of {len(demos)} oracle demonstrations are longer than rollout.max_context="
                 f"{limit} tokens (the longest: {longest})")
         if not fit:
-            raise ValueError(f"{what}: the warm start has nothing to imitate; raise rollout.max_context if the "
-                             "model's positions allow it, or choose shorter tasks")
+            raise ValueError(f"{what}: the warm start has nothing to imitate; {longer_context_hint(cfg, longest)}")
         warnings.warn(f"{what}; the warm start leaves them out", stacklevel=2)
     return fit
+
+
+def longer_context_hint(cfg: TrainConfig, needed: int) -> str:
+    """How to give episodes of ``needed`` tokens room: a longer ``rollout.max_context``, which the embedded
+    model's ``policy.max_positions`` must allow too (as ``--config chat_tiny`` sets both), or shorter tasks."""
+    size = 1 << max(int(needed) - 1, 1).bit_length()  # the next power of two
+    if cfg.policy.model == "tiny":
+        return (f"raise rollout.max_context and policy.max_positions together (e.g. rollout.max_context={size} "
+                f"policy.max_positions={size}; --config chat_tiny does this for the chat view), or choose shorter tasks")
+    return "raise rollout.max_context (up to the model's positions), or choose shorter tasks"
+
+
+def check_demonstrations_fit(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], n: int = 8) -> None:
+    """Before any work, on the oracle demonstrations of ``n`` seed tasks spread over the set (the warm start's
+    tasks are the seeds or drawn like them): refuse (``ValueError``) a warm start none of whose demonstrations
+    would fit ``rollout.max_context``, and warn where most would not (the warm start would leave most of its
+    data out), instead of finding out once all of them are built."""
+    from .tasks import spread
+
+    if not cfg.sft.enabled or not seeds:
+        return
+    demos = make_demonstrations(policy, spread(list(seeds), n), cfg.data.env_id, env_kwargs(cfg))
+    lengths = [len(d.transcript.ids) for d in demos]
+    over = sum(n_ids > cfg.rollout.max_context for n_ids in lengths)
+    if not lengths or 2 * over <= len(lengths):
+        return
+    what = (f"{over} of {len(lengths)} oracle demonstrations of seed tasks spread over the set are longer than "
+            f"rollout.max_context={cfg.rollout.max_context} tokens in {cfg.data.env_id!r} (up to {max(lengths)})")
+    if over == len(lengths):
+        raise ValueError(f"{what}: the warm start would have nothing to imitate; {longer_context_hint(cfg, max(lengths))}")
+    warnings.warn(f"{what}: the warm start would leave most of its demonstrations out; "
+                  f"{longer_context_hint(cfg, max(lengths))}", stacklevel=2)
 
 
 def env_mode(env_id: str) -> str:
