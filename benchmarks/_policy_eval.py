@@ -20,7 +20,7 @@ def add_split_args(ap: argparse.ArgumentParser, *, samples: int, samples_help: s
     ap.add_argument("--split", default="test", help="a task split name or a JSONL path")
     ap.add_argument("--stratum", default="", help="only the split's tasks of these turn types (comma-separated "
                     "meta.stratum values: " + ", ".join(STRATA) + ")")
-    ap.add_argument("--tasks", type=int, default=0, help="N tasks of the split, spread evenly over its depths as "
+    ap.add_argument("--tasks", type=int, default=0, help="N tasks of the split, keeping its mix of turn types and depths as "
                     "eval.tasks and rods evaluate take them (0: all)")
     ap.add_argument("--samples", type=int, default=samples, help=samples_help)
     ap.add_argument("--temperature", type=float, default=0.7)
@@ -33,7 +33,7 @@ def add_split_args(ap: argparse.ArgumentParser, *, samples: int, samples_help: s
 
 
 def split_tasks(args: argparse.Namespace) -> list[Any]:
-    """``--tasks`` tasks of ``--split`` spread evenly over it (all with 0), resolved through ``--config``'s data
+    """``--tasks`` tasks of ``--split`` keeping its mix of turn types and depths (``tasks.spread``; all with 0), resolved through ``--config``'s data
     settings: the checked-in splits are ordered by depth, so the first N would all be depth 1."""
     if args.tasks < 0:
         raise ValueError(f"--tasks must be >= 0 (0: all), got {args.tasks}")

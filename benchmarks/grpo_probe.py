@@ -152,7 +152,7 @@ def probe(policy_dir: str | Path, out: str | Path, *, steps: int, data_seed: int
     cfg = load_config(config, [*adapters, *overrides, f"run_dir={out}", f"steps={steps}", "time_limit_min=0", "progress_bar=false",
                                "tensorboard=false", "eval.every=0"])
     if eval_tasks < 1:
-        raise ValueError(f"--eval-tasks must be >= 1 (test tasks, spread over depths), got {eval_tasks}")
+        raise ValueError(f"--eval-tasks must be >= 1 (test tasks, keeping the split's mix), got {eval_tasks}")
     torch.set_num_threads(threads)
     policy = load_policy(policy_dir, dtype=cfg.policy.dtype)  # before OUT is touched: a bad path loses nothing
     clear_output(out, Path(policy_dir))

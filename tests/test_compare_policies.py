@@ -123,9 +123,10 @@ def test_task_counts_spread_over_the_split_and_negative_ones_are_refused(tmp_pat
     with benchmarks_on_path():
         from _policy_eval import split_tasks
 
-    args = argparse.Namespace(split="test", config="default", set=[], tasks=5, stratum="")
-    depths = [t.meta["knobs"]["depth"] for t in split_tasks(args)]
-    assert len(depths) == 5 and len(set(depths)) == 5  # one per depth, not the first five (all depth 1)
+    args = argparse.Namespace(split="test", config="default", set=[], tasks=10, stratum="")
+    picked = split_tasks(args)  # not the first ten (all depth 1, plain): every depth and every turn type
+    assert len(picked) == 10 and {t.meta["knobs"]["depth"] for t in picked} == {1, 2, 3, 4, 5}
+    assert {t.meta["stratum"] for t in picked} == {"plain", "answer", "multi_turn", "missing_param", "missing_tool"}
     with pytest.raises(ValueError, match="--tasks must be >= 0"):
         split_tasks(argparse.Namespace(**{**vars(args), "tasks": -3}))
     # --stratum: only those turn types (the test split holds 40 tasks with a withheld tool, 60 with two turns)

@@ -115,3 +115,23 @@ def test_show_describes_task_sets_built_elsewhere(tmp_path, capsys) -> None:
     (tmp_path / "dev.jsonl").unlink()
     assert main(["tasksets", "show", "--out", str(tmp_path)]) == 2
     assert "has no dev.jsonl" in capsys.readouterr().err
+
+
+def test_a_small_evaluation_keeps_every_turn_type_in_proportion(splits) -> None:
+    """``tasks.spread`` (eval.tasks, rods evaluate --tasks): evenly spaced over the list alone, 10, 20 or 40 tasks
+    fell in step with the turn types' cycle and left whole types out."""
+    from collections import Counter
+
+    from rods_gym.trainer.tasks import spread
+
+    test = splits["test"]
+    share = Counter(t.meta["stratum"] for t in test)
+    for n in (8, 10, 20, 40, 100):
+        picked = spread(test, n)
+        assert len(picked) == n and len({t.id for t in picked}) == n
+        assert [t.id for t in picked] == [t.id for t in test if t in picked]  # in the set's order
+        counts = Counter(t.meta["stratum"] for t in picked)
+        assert set(counts) == set(share), (n, counts)
+        assert all(abs(counts[s] - n * share[s] / len(test)) <= 1 for s in share), (n, counts)
+    plain = [t.with_meta(stratum=None, knobs=None) for t in test[:40]]  # no record of turn types: the list's order
+    assert [t.id for t in spread(plain, 4)] == [plain[i].id for i in (0, 10, 20, 30)]

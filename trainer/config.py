@@ -198,7 +198,7 @@ class SFTConfig:
 @dataclass(frozen=True)
 class EvalConfig:
     splits: tuple[str, ...] = ("test",)
-    tasks: int = 200  # per split: N tasks evenly spaced over the split (tasks.spread: sets are ordered by depth)
+    tasks: int = 200  # per split: N tasks keeping its mix of turn types and depths (tasks.spread)
     every: int = 0  # GRPO steps between evaluations (0: only before and after)
     batch_episodes: int = 256
     # also this many sampled episodes per task at rollout.temperature (a fixed random stream, so runs

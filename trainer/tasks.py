@@ -73,7 +73,19 @@ def using_fallback(split: str) -> bool:
 
 
 def spread(tasks: list[TaskSpec], n: int) -> list[TaskSpec]:
-    """``n`` tasks evenly spaced over the list (task sets are ordered by depth, so this keeps the mix)."""
+    """``n`` tasks that keep the set's mix of turn types and depths, in the set's order: evenly spaced over the
+    tasks ordered by turn type, then depth (``meta["stratum"]``, ``meta["knobs"]["depth"]``, as the shipped sets
+    and ``rods synth`` record them; the list's own order where they are missing), so each turn type gets its
+    share of ``n`` (to one task) and, within it, the depths theirs. (Evenly spaced over the list alone, as before
+    2026-12-03, a small ``n`` fell in step with the turn types' cycle within each depth and left whole types out:
+    10 of the test split were plain and answer tasks only.)"""
     if n <= 0 or n >= len(tasks):
         return list(tasks)
-    return [tasks[(i * len(tasks)) // n] for i in range(n)]
+
+    def key(i: int) -> tuple[str, int, int]:
+        meta = tasks[i].meta or {}
+        depth = (meta.get("knobs") or {}).get("depth", 0)
+        return str(meta.get("stratum", "")), depth if isinstance(depth, int) else 0, i
+
+    order = sorted(range(len(tasks)), key=key)
+    return [tasks[i] for i in sorted(order[(k * len(tasks)) // n] for k in range(n))]
