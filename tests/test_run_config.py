@@ -126,7 +126,9 @@ def test_what_a_run_reads_is_checked_before_any_work_in_one_line(tmp_path: Path,
     for argv, words in ((["train", "--env", "rods/NoSuch-v0"], "data.env_id 'rods/NoSuch-v0'"),
                         (["train", "data.source_options={bogus: 1}"], "does not take ['bogus']"),
                         (["train", "data.source=augment", "data.source_options={augment: {bogus: 1}}"],
-                         "data.source_options.augment: AugmentConfig.__init__() got an unexpected keyword argument"),
+                         "data.source_options.augment: unknown field(s) ['bogus']; AugmentConfig takes ["),
+                        (["train", "data.source=augment", "data.source_options={augment: 3}"],
+                         "data.source_options.augment must be a mapping of AugmentConfig fields"),
                         (["train", "data.source=augment", "data.source_options={augment: {error_hints: 5}}"],
                          "AugmentConfig.error_hints must lie in [0, 1], got 5"),
                         (["train", "data.source_options={kappa: notanumber}"], "RODSConfig.kappa must be float"),
@@ -481,6 +483,19 @@ def test_ctrl_c_says_how_to_resume_instead_of_a_traceback(capsys) -> None:
     assert exit_info.value.code == 130
     assert capsys.readouterr().err.strip() == ("rods train: interrupted; runs/x keeps its last checkpoints: continue "
                                                "with rods train --run-dir runs/x --resume")
+    # SIGTERM (kill's default, a batch scheduler's notice) says the same, with the shell's status for it
+    import os
+    import signal
+    import time
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as exit_info:
+        with _resumable("sft", "runs/y"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler interrupts this
+    assert exit_info.value.code == 143 and signal.getsignal(signal.SIGTERM) == before
+    assert capsys.readouterr().err.strip() == ("rods sft: terminated (SIGTERM); runs/y keeps its last checkpoints: "
+                                               "continue with rods sft --run-dir runs/y --resume")
 
 
 def test_a_difficulty_in_the_env_id_is_said_to_have_no_effect(tmp_path: Path) -> None:
@@ -532,27 +547,53 @@ def test_resume_notes_are_printed_by_the_main_process_only(tmp_path: Path, capsy
     assert "resume: the run's saved config" in capsys.readouterr().out
 
 
-def test_a_warm_start_longer_than_the_context_is_named_in_one_line(tmp_path: Path, capsys) -> None:
-    """The default (compact-sized) policy on the chat view: most demonstrations do not fit rollout.max_context.
-    Warned about before any work, with the two settings to raise; when none of the warm start's does, the
-    error is one line too, not a traceback from inside the run."""
+def test_a_resume_cannot_ask_for_fewer_steps_than_it_has_trained(tmp_path: Path, capsys) -> None:
+    run = tmp_path / "run"
+    _fake_checkpoint(run, 10)
+    (run / "checkpoints" / "step-000010" / "rng-rank0.pt").write_bytes(b"")  # written by one process
+    save_config(load_config("default", [f"run_dir={run}", "steps=12"]), run / "config.yaml")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--run-dir", str(run), "--resume", "steps=4"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert "steps=4: the run's latest checkpoint is step-000010, 10 GRPO steps already trained; pass steps=10" in err
+    assert load_config(run / "config.yaml").steps == 12  # the record of the run is untouched
+
+
+def test_a_warm_start_longer_than_the_context_is_named_in_one_line(tmp_path: Path, capsys, monkeypatch) -> None:
+    """The default (compact-sized) policy on the chat view: its demonstrations do not fit rollout.max_context.
+    Refused before any work, naming the two settings to raise; where only most do not fit, a warning; and an
+    error that only the data shows once the run has begun is one line too, not a traceback."""
+    from rods_gym.trainer.commands import _one_line_errors
     from rods_gym.trainer.policy import make_policy
     from rods_gym.trainer.sft import check_demonstrations_fit
     from rods_gym.trainer.tasks import load_tasks
 
-    argv = ["train", "--env", "rods/ToolChain-Chat-v0", "--run-dir", str(tmp_path / "run"), "sft.demos=16",
+    run = tmp_path / "run"
+    argv = ["train", "--env", "rods/ToolChain-Chat-v0", "--run-dir", str(run), "sft.demos=16",
             "sft.steps=2", "eval.tasks=4", "steps=1", "progress_bar=false", "threads=1", "sft.threads=1"]
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
     err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and "Traceback" not in err, err
-    *prompts, warning, error = err.strip().splitlines()  # first the prompts' own warnings (train and test tasks)
-    assert len(prompts) == 2 and all("exceeds rollout.max_context=1024" in line for line in prompts), prompts
-    assert warning.startswith("rods train: warning: 7 of 8 oracle demonstrations of seed tasks")
-    assert "rollout.max_context=4096 policy.max_positions=4096" in warning
-    assert error.startswith("rods train: error: 16 of 16 oracle demonstrations are longer than rollout.max_context=1024")
+    assert exit_info.value.code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("rods train: error: 8 of 8 oracle demonstrations of seed tasks spread over the set are "
+                          "longer than rollout.max_context=1024")
+    assert "rollout.max_context=4096 policy.max_positions=4096" in err and not run.exists()
+    with pytest.raises(SystemExit) as exit_info:
+        with _one_line_errors("sft"):
+            raise ValueError("16 of 16 oracle demonstrations are longer than rollout.max_context=1024 tokens")
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip() == ("rods sft: error: 16 of 16 oracle demonstrations are longer than "
+                                               "rollout.max_context=1024 tokens (RODS_TRACEBACK=1 shows where)")
+    monkeypatch.setenv("RODS_TRACEBACK", "1")
+    with pytest.raises(ValueError, match="16 of 16"):
+        with _one_line_errors("sft"):
+            raise ValueError("16 of 16")
     cfg = load_config("default", ["data.env_id=rods/ToolChain-Chat-v0"])
     seeds = load_tasks(cfg.data.train_split, cfg.data)
     deep = seeds[-4:]  # the set is ordered by depth: its deepest tasks, none of whose demonstrations fits
     with pytest.raises(ValueError, match="4 of 4 oracle demonstrations .* nothing to imitate; raise rollout.max_context"):
         check_demonstrations_fit(cfg, make_policy(cfg.policy, "chat"), deep, n=4)
+    mixed = seeds[:1] + seeds[-3:]  # one short (depth 1), three deep: most would be left out
+    with pytest.warns(UserWarning, match="3 of 4 oracle demonstrations .* leave most of its demonstrations out"):
+        check_demonstrations_fit(cfg, make_policy(cfg.policy, "chat"), mixed, n=4)

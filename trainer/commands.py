@@ -237,6 +237,8 @@ def _config_or_exit(args: argparse.Namespace, command: str) -> Any:
             from .sft import check_sft_checkpoint, sft_settings
 
             check_sft_checkpoint(Path(cfg.run_dir) / "sft_checkpoint", sft_settings(cfg.sft, cfg.seed))
+        if command == "train" and args.resume:
+            check_steps_reach_checkpoint(cfg)
         builds_demos = command == "sft" or (command == "train" and (cfg.sft.enabled or cfg.grpo.sft_weight > 0))
         mode = env_mode(cfg.data.env_id) if builds_demos and cfg.sft.recovery > 0 else "compact"
         if mode != "compact":
@@ -245,6 +247,19 @@ def _config_or_exit(args: argparse.Namespace, command: str) -> Any:
         return cfg
 
     return _or_exit(command, load)
+
+
+def check_steps_reach_checkpoint(cfg: Any) -> None:
+    """A resume whose ``steps`` is below its latest GRPO checkpoint's step: GRPO cannot go back, and config.yaml
+    would then say fewer steps than ran (``ValueError``)."""
+    from .checkpoint import latest_checkpoint
+
+    ckpt = latest_checkpoint(Path(cfg.run_dir) / "checkpoints")
+    done = int(ckpt.name.split("-")[-1]) if ckpt is not None else 0
+    if done > cfg.steps:
+        raise ValueError(f"--resume with steps={cfg.steps}: the run's latest checkpoint is {ckpt.name}, {done} GRPO steps "
+                         f"already trained; pass steps={done} or more to continue it (steps={done}: no step runs, the "
+                         f"evaluation after GRPO runs again), or evaluate its policy with rods evaluate --run-dir {cfg.run_dir}")
 
 
 def check_launch(cfg: Any, *, resume: bool) -> None:
@@ -318,15 +333,37 @@ def _one_line_errors(command: str) -> Iterator[None]:
         raise SystemExit(2) from None
 
 
+class Terminated(Exception):
+    """SIGTERM (``kill``'s default, what a batch scheduler sends before it kills a job) during a run."""
+
+
 @contextlib.contextmanager
 def _resumable(command: str, run_dir: str) -> Iterator[None]:
-    """Ctrl-C: one line that says what is kept and how to go on, instead of a traceback; exit status 130."""
+    """Ctrl-C or SIGTERM: one line that says what is kept and how to go on, instead of a traceback or a silent
+    exit; exit status 130 (Ctrl-C) or 143 (SIGTERM), as the shell reports them."""
+    import signal
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, on_term) if threading_main() else None
     try:
         yield
-    except KeyboardInterrupt:
-        print(f"\nrods {command}: interrupted; {run_dir} keeps its last checkpoints: continue with "
+    except (KeyboardInterrupt, Terminated) as exc:
+        how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        print(f"\nrods {command}: {how}; {run_dir} keeps its last checkpoints: continue with "
               f"rods {command} --run-dir {run_dir} --resume", file=sys.stderr)
-        raise SystemExit(130) from None
+        raise SystemExit(143 if isinstance(exc, Terminated) else 130) from None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def threading_main() -> bool:
+    """Whether this is the main thread (the only one a signal handler may be set from)."""
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 def run_sft(args: argparse.Namespace) -> int:
