@@ -259,3 +259,7 @@ def test_resume_refuses_another_source_before_any_work(seeds: list[TaskSpec], tm
         check_source_resumes(tmp_path, source("rods", {"synth_every": 5}))
     with pytest.raises(ValueError, match="--resume: checkpoint step-000001 holds the state of another task source"):
         check_source_resumes(tmp_path, source("fixed", {}))
+    # a checkpoint saved with its config names the source that wrote it
+    torch.save({"source": saved.state_dict(), "config": {"data": {"source": "rods"}}}, ckpt / STATE_FILE)
+    with pytest.raises(ValueError, match="holds the 'rods' source's state, and this run names 'fixed'"):
+        check_source_resumes(tmp_path, source("fixed", {}))

@@ -119,12 +119,16 @@ def check_source_resumes(run_dir: str | Path, source: Any) -> None:
     ckpt = latest_checkpoint(Path(run_dir) / "checkpoints")
     if ckpt is None or source is None:
         return
-    saved = load_trainer_state(ckpt).get("source")
+    state = load_trainer_state(ckpt)
+    saved = state.get("source")
     try:
         copy.deepcopy(source).load_state_dict(saved)
     except (ValueError, KeyError, TypeError) as exc:
         detail = f"its state has no {exc}" if isinstance(exc, KeyError) else str(exc)
-        raise ValueError(f"--resume: checkpoint {ckpt.name} holds the state of another task source or other "
-                         f"data.source_options than this run names ({detail}); resume with the data.source and "
-                         f"data.source_options of {Path(run_dir) / 'config.yaml'}") from None
+        wrote = ((state.get("config") or {}).get("data") or {}).get("source")
+        here = getattr(source, "name", None)
+        which = (f"the {wrote!r} source's state, and this run names {here!r}" if wrote and here and wrote != here
+                 else "the state of another task source or other data.source_options than this run names")
+        raise ValueError(f"--resume: checkpoint {ckpt.name} holds {which} ({detail}); resume with the data.source "
+                         f"and data.source_options of {Path(run_dir) / 'config.yaml'}") from None
 

@@ -60,7 +60,12 @@ def make_source(name: str, cfg: TrainConfig, seeds: Sequence[TaskSpec], rng_seed
     sources = available_sources()
     if name not in sources:
         raise ValueError(f"unknown task source {name!r} (data.source); available: {sorted(sources)}")
-    source = sources[name](cfg, seeds, rng_seed)
+    try:
+        source = sources[name](cfg, seeds, rng_seed)
+    except ValueError as exc:  # say where the mistake is, as the config's own errors do
+        text = str(exc)
+        raise ValueError(text if text.startswith(("data.", "config ")) else
+                         f"data.source_options of data.source={name}: {text}") from None
     missing = [m for m in ("next_batch", "observe", "telemetry", "state_dict", "load_state_dict") if not hasattr(source, m)]
     if missing:
         raise TypeError(f"task source {name!r} lacks {missing} of the TaskSource interface")
