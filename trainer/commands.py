@@ -462,13 +462,16 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(results, indent=2))
     else:
+        def groups(res: dict) -> str:
+            return "  ".join([f"d{d} {v['success']:.2f}" for d, v in res.get("per_depth", {}).items()]
+                             + [f"{name} {v['success']:.2f}" for name, v in res.get("per_stratum", {}).items()])
+
         for split, res in results.items():
-            groups = "  ".join([f"d{d} {v['success']:.2f}" for d, v in res["per_depth"].items()]
-                               + [f"{name} {v['success']:.2f}" for name, v in res["per_stratum"].items()])
             print(f"{split:6s} success {res['success']:.3f}  progress {res['progress']:.3f}  turns {res['turns']:.1f}  "
-                  f"tool errors/action {res['tool_error_rate']:.3f}  ({res['episodes']} tasks)  {groups}")
+                  f"tool errors/action {res['tool_error_rate']:.3f}  ({res['episodes']} tasks)  {groups(res)}")
             if "sampled" in res:
                 sampled = res["sampled"]
                 print(f"{split:6s} sampled x{sampled['samples']} at T={cfg.rollout.temperature:g}: success "
-                      f"{sampled['success']:.3f}  progress {sampled['progress']:.3f}  ({sampled['episodes']} episodes)")
+                      f"{sampled['success']:.3f}  progress {sampled['progress']:.3f}  ({sampled['episodes']} episodes)  "
+                      f"{groups(sampled)}")
     return 0
