@@ -48,9 +48,11 @@ def _adapters(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def test_only_the_adapters_train_and_checkpoints_reload_as_plain_models(task_file: Path, warm_policy: Path,
-                                                                        tmp_path: Path) -> None:
+                                                                        tmp_path: Path, capsys) -> None:
     start = load_policy(warm_policy)
     policy, result = _run(lora_config(task_file, tmp_path / "run", steps="2"), warm_policy)
+    trains = sum(p.numel() for p in policy.model.parameters() if p.requires_grad)
+    assert f"lora: rank-4 adapters on all-linear: {trains:,} of " in capsys.readouterr().out
     assert result.steps_done == 2 and is_adapted(policy.model)
     base = policy.model.get_base_model()
     frozen = {n.replace(".base_layer.", "."): p for n, p in base.named_parameters() if ".lora_" not in n}

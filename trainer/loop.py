@@ -300,6 +300,11 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         enable_gradient_checkpointing(policy.model)
     if cfg.lora.rank > 0:  # adapters on the policy GRPO starts from; the base weights stay frozen
         policy.model = add_adapters(policy.model, cfg.lora, seed=cfg.seed)
+        if main:
+            trains = sum(p.numel() for p in policy.model.parameters() if p.requires_grad)
+            total = sum(p.numel() for p in policy.model.parameters())
+            print(f"lora: rank-{cfg.lora.rank} adapters on {', '.join(cfg.lora.target_modules)}: {trains:,} of {total:,} "
+                  f"parameters train ({trains / total:.1%})", flush=True)
     ref_model = None
     if g.beta > 0 and is_adapted(policy.model):  # the reference is the frozen base: the adapters switched off
         ref_model = policy.model
