@@ -56,7 +56,7 @@ WORKER = textwrap.dedent("""
     #    groups (each rank branches its own tasks' failures, so the ranks train on different numbers of rows;
     #    on tasks the warm start has not seen, so that its greedy episodes fail)
     def run_config(name, *more):
-        """Two GRPO steps of 4 tasks x 3 rollouts into out/NAME, with ``more`` overrides."""
+        # two GRPO steps of 4 tasks x 3 rollouts into out/NAME, with more overrides
         return load_config(None, [f"run_dir={out / name}", "steps=2", "time_limit_min=0", "checkpoint_every=0",
                                   "tensorboard=false", "progress_bar=false", "rollout.group_size=3",
                                   "rollout.tasks_per_step=4", "rollout.max_action_tokens=8", "rollout.max_turns=4",
