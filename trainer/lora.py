@@ -51,8 +51,11 @@ def add_adapters(model: torch.nn.Module, cfg: LoRAConfig, seed: int = 0) -> torc
         return model
     peft = _peft()
     targets: str | list[str] = "all-linear" if list(cfg.target_modules) == ["all-linear"] else list(cfg.target_modules)
+    from transformers.pytorch_utils import Conv1D
+
+    conv1d = any(isinstance(m, Conv1D) for m in model.modules())  # GPT-2 style layers store their weight transposed
     config = peft.LoraConfig(r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=targets,
-                             bias="none", task_type="CAUSAL_LM")
+                             bias="none", task_type="CAUSAL_LM", fan_in_fan_out=conv1d)
     try:
         cuda = sorted({p.device.index or 0 for p in model.parameters() if p.device.type == "cuda"})
         with warnings.catch_warnings(), torch.random.fork_rng(devices=cuda):
