@@ -39,7 +39,7 @@ from rods_gym.trainer.threads import torch_threads
 from rods_gym.trainer.policy import Policy, load_policy, make_policy
 from rods_gym.trainer.sources import make_source
 from rods_gym.trainer.task_source import GroupResult, TaskSource
-from rods_gym.trainer.tasks import load_tasks, spread
+from rods_gym.trainer.tasks import SPREAD_RULE, load_tasks, spread
 
 RUN_FILE = "run.json"
 WARM_FILE = "warm_start.json"
@@ -78,7 +78,8 @@ class ArmJob:
     def key(self) -> str:
         """What makes a finished run reusable: everything it was run with."""
         return json.dumps({"arm": self.arm, "seed": self.seed, "train": self.train, "warm_start": self.warm_start,
-                           "eval_points": list(self.eval_points), "evals": dataclasses.asdict(self.evals)},
+                           "eval_points": list(self.eval_points), "evals": dataclasses.asdict(self.evals),
+                           "eval_selection": SPREAD_RULE},
                           sort_keys=True, default=str)
 
 
@@ -216,7 +217,7 @@ def run_warm_start(job: SeedJob) -> dict[str, Any]:
     done = out / WARM_FILE
     if done.exists():
         record = json.loads(done.read_text())
-        if record.get("train") == json.loads(json.dumps(job.train)):
+        if record.get("train") == json.loads(json.dumps(job.train)) and record.get("eval_selection") == SPREAD_RULE:
             return record
     if out.exists():  # made with another config: its saved policy must not be reused
         shutil.rmtree(out)
@@ -236,7 +237,7 @@ def run_warm_start(job: SeedJob) -> dict[str, Any]:
         sets = eval_tasks(cfg, job.evals)
         t1 = time.perf_counter()
         evaluation = evaluate_per_task(policy, cfg, sets, job.evals.batch_episodes)
-        record = {"seed": job.seed, "train": job.train, "policy_dir": policy_dir, "sft": sft,
+        record = {"seed": job.seed, "train": job.train, "eval_selection": SPREAD_RULE, "policy_dir": policy_dir, "sft": sft,
                   "tasks": task_table(sets), "eval": evaluation, "eval_seconds": time.perf_counter() - t1,
                   "seconds": time.perf_counter() - t0}
     done.write_text(json.dumps(record))

@@ -209,3 +209,41 @@ def test_merged_weights_reload_as_the_adapted_model_for_other_architectures(arch
         with adapters_off(adapted):
             base = adapted(input_ids=ids).logits
     assert torch.allclose(a, b, atol=1e-5) and not torch.allclose(a, base, atol=1e-3)
+
+
+def test_saving_asks_no_hub_and_reports_what_a_bf16_merge_loses(tmp_path: Path, monkeypatch) -> None:
+    """peft's default save asks the Hugging Face Hub about the base model; a bf16 merge rounds a small update away
+    (warned, measured in adapter/merge_rounding.json); fp32 keeps it."""
+    import json
+
+    import peft.utils.save_and_load as save_and_load
+
+    from rods_gym.trainer.policy import save_policy
+
+    asked: list = []
+    monkeypatch.setattr(save_and_load, "check_file_exists_on_hf_hub", lambda *a, **k: asked.append(a))
+    for dtype, lossy in (("float32", False), ("bfloat16", True)):
+        policy = build_tiny_policy(PolicyConfig(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2,
+                                                dtype=dtype), "compact")
+        policy.model.name_or_path = "Qwen/Qwen2.5-0.5B-Instruct"  # as a hub model loaded from the local cache
+        policy.model = add_adapters(policy.model, LoRAConfig(rank=2))
+        with torch.no_grad():
+            for name, p in policy.model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0, 1e-4)  # a small update, as a few GRPO steps make
+        if lossy:
+            with pytest.warns(UserWarning, match="bf16/fp16: the merged weights lose part of the adapters' update"):
+                save_policy(policy, tmp_path / dtype)
+        else:
+            save_policy(policy, tmp_path / dtype)
+        lost = json.loads((tmp_path / dtype / ADAPTER_DIR / "merge_rounding.json").read_text())["max_relative_error"]
+        assert (lost > 0.1) == lossy and (lossy or lost < 1e-3), (dtype, lost)
+    assert asked == []
+
+
+def test_grpo_refuses_a_policy_that_already_has_adapters(task_file: Path, warm_policy: Path, tmp_path: Path) -> None:
+    policy = load_policy(warm_policy)
+    policy.model = add_adapters(policy.model, LoRAConfig(rank=2))
+    with pytest.raises(ValueError, match="already has LoRA adapters and no checkpoint is resumed"):
+        grpo_train(lora_config(task_file, tmp_path / "run"), policy, easy_seed_tasks(), run_dir=tmp_path / "run",
+                   accelerator=Accelerator(cpu=True))

@@ -351,6 +351,12 @@ def test_resume_refuses_changes_to_what_the_weights_were_trained_for(tmp_path: P
     save_config(load_config("default", [f"run_dir={midway}"]), midway / "config.yaml")
     with pytest.raises(ValueError, match="lora.sft: False -> True would change what the run's saved weights are"):
         load_from_args(_args("train", "--run-dir", str(midway), "--resume", "lora.rank=4", "lora.sft=true"))
+    # ... and a warm start under way through adapters keeps their shape
+    save_config(load_config("default", [f"run_dir={midway}", "lora.rank=4", "lora.sft=true"]), midway / "config.yaml")
+    with pytest.raises(ValueError, match="lora.rank: 4 -> 8 would change"):
+        load_from_args(_args("train", "--run-dir", str(midway), "--resume", "lora.rank=8"))
+    with pytest.raises(ValueError, match="lora.sft with policy.dtype=bfloat16: merging"):
+        load_config("default", ["lora.rank=4", "lora.sft=true", "policy.dtype=bfloat16"])
     capsys.readouterr()
 
 
@@ -499,6 +505,9 @@ def test_ctrl_c_says_how_to_resume_instead_of_a_traceback(capsys) -> None:
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(5)  # the handler interrupts this
     assert exit_info.value.code == 143 and signal.getsignal(signal.SIGTERM) == before
+    from rods_gym.trainer.commands import Terminated
+
+    assert not issubclass(Terminated, Exception)  # an `except Exception` on the way must not swallow it
     assert capsys.readouterr().err.strip() == ("rods sft: terminated (SIGTERM); runs/y keeps its last checkpoints: "
                                                "continue with rods sft --run-dir runs/y --resume")
 

@@ -122,10 +122,12 @@ def changes_the_weights(key: str, before: Any, after: Any) -> bool:
     if key.startswith("policy."):
         return before.policy.model == "tiny" and key not in ("policy.dtype", "policy.local_files_only",
                                                              "policy.gradient_checkpointing")
-    if key in ("lora.rank", "lora.alpha", "lora.target_modules"):
-        return latest_checkpoint(run_dir / "checkpoints") is not None
+    warm_start_under_way = (run_dir / "sft_checkpoint").exists() and not (run_dir / "sft_policy" / "config.json").exists()
+    if key in ("lora.rank", "lora.alpha", "lora.target_modules"):  # GRPO's adapters, or a warm start's under way
+        return (latest_checkpoint(run_dir / "checkpoints") is not None
+                or (before.lora.sft and warm_start_under_way))
     if key == "lora.sft":  # a warm start's checkpoint holds its weights with or without adapters
-        return (run_dir / "sft_checkpoint").exists() and not (run_dir / "sft_policy" / "config.json").exists()
+        return warm_start_under_way
     if key == "data.env_id":
         return env_mode(before.data.env_id) != env_mode(after.data.env_id)
     if key == "data.slot_ids":
@@ -333,7 +335,7 @@ def _one_line_errors(command: str) -> Iterator[None]:
         raise SystemExit(2) from None
 
 
-class Terminated(Exception):
+class Terminated(BaseException):  # as KeyboardInterrupt: an ``except Exception`` must not swallow it
     """SIGTERM (``kill``'s default, what a batch scheduler sends before it kills a job) during a run."""
 
 

@@ -294,6 +294,10 @@ def check_config(cfg: TrainConfig) -> None:
                          f"{list(cfg.lora.target_modules)}")
     if cfg.lora.sft and cfg.lora.rank == 0:
         raise ValueError("config lora.sft is set but lora.rank is 0: set lora.rank to train the warm start through adapters")
+    if cfg.lora.sft and cfg.policy.dtype != "float32":
+        raise ValueError(f"config lora.sft with policy.dtype={cfg.policy.dtype}: merging the warm start's adapters into "
+                         f"{cfg.policy.dtype} weights rounds most of a small update away; train the warm start in full "
+                         "(lora.sft: false) or in float32")
     if cfg.rollout.group_size < 2:
         raise ValueError(f"config rollout.group_size must be >= 2: GRPO's advantages compare the rollouts of a "
                          f"task's group, got {cfg.rollout.group_size}")

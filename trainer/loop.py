@@ -298,6 +298,9 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         check_world_size(ckpt, world)
     if cfg.policy.gradient_checkpointing:
         enable_gradient_checkpointing(policy.model)
+    if is_adapted(policy.model) and ckpt is None:
+        raise ValueError("grpo_train: the policy already has LoRA adapters and no checkpoint is resumed; pass the plain "
+                         "model (rods_gym.trainer.lora.merge_adapters), and lora.rank adds GRPO's own")
     if cfg.lora.rank > 0:  # adapters on the policy GRPO starts from; the base weights stay frozen
         policy.model = add_adapters(policy.model, cfg.lora, seed=cfg.seed)
         if main:

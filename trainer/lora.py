@@ -39,7 +39,10 @@ def is_adapted(model: torch.nn.Module) -> bool:
 
 
 def _linear_names(model: torch.nn.Module) -> list[str]:
-    return sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
+    from transformers.pytorch_utils import Conv1D  # GPT-2's linear layers
+
+    return sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules()
+                   if isinstance(m, (torch.nn.Linear, Conv1D))})
 
 
 def add_adapters(model: torch.nn.Module, cfg: LoRAConfig, seed: int = 0) -> torch.nn.Module:
@@ -99,7 +102,25 @@ def merge_adapters(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def save_adapter(model: torch.nn.Module, path: str | Path) -> None:
-    getattr(model, "module", model).save_pretrained(Path(path))
+    # save_embedding_layers=False: peft's "auto" asks the Hugging Face Hub about the base model at every save
+    getattr(model, "module", model).save_pretrained(Path(path), save_embedding_layers=False)
+
+
+def merge_rounding(model: torch.nn.Module) -> float:
+    """How much of the adapters' update a merged save loses to the weights' dtype: the largest, over the adapted
+    layers, of |round(W + delta) - W - delta| / |delta| (Frobenius norms). 0 for fp32 weights (up to float
+    rounding); in bf16 a small update is mostly rounded away (8 significant bits)."""
+    base = getattr(model, "module", model).get_base_model()
+    worst = 0.0
+    with torch.no_grad():
+        for _, layer in _lora_layers(base):
+            weight = layer.get_base_layer().weight
+            delta = layer.get_delta_weight(ADAPTER_NAME).float()
+            norm = float(delta.norm())
+            if norm > 0:
+                kept = (weight.float() + delta).to(weight.dtype).float() - weight.float()
+                worst = max(worst, float((kept - delta).norm()) / norm)
+    return worst
 
 
 def load_adapter(model: torch.nn.Module, policy_dir: str | Path) -> None:

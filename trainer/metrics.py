@@ -12,7 +12,7 @@ import torch
 def memory_mb(device: torch.device | None = None) -> dict[str, float]:
     """This process's memory now: ``mem_rss_mb``, its resident set (psutil), and on a CUDA ``device``
     ``mem_gpu_mb`` / ``mem_gpu_peak_mb``, the memory torch has allocated there now and at most since the
-    last call (whose peak this call resets). A long run's curve of them should stay flat."""
+    last call (whose peak this call resets; the first call's peak covers everything before it). A long run's curve of them should stay flat."""
     import psutil
 
     out = {"mem_rss_mb": psutil.Process().memory_info().rss / 2**20}

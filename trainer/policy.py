@@ -8,7 +8,9 @@ or loads any causal LM by hub name or local path (``local_files_only`` unless al
 
 from __future__ import annotations
 
+import json
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -244,7 +246,7 @@ def save_policy(policy: Policy, path: str | Path) -> Path:
     as the plain model with the adapters merged into its weights, the adapter itself in ``adapter/``."""
     from transformers.utils import logging as hf_logging
 
-    from .lora import ADAPTER_DIR, is_adapted, merged_state_dict, save_adapter
+    from .lora import ADAPTER_DIR, is_adapted, merge_rounding, merged_state_dict, save_adapter
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
@@ -252,8 +254,15 @@ def save_policy(policy: Policy, path: str | Path) -> Path:
     hf_logging.disable_progress_bar()
     try:
         if is_adapted(policy.model):
-            policy.model.get_base_model().save_pretrained(path, state_dict=merged_state_dict(policy.model))
-            save_adapter(policy.model, path / ADAPTER_DIR)
+            inner = getattr(policy.model, "module", policy.model)
+            inner.get_base_model().save_pretrained(path, state_dict=merged_state_dict(inner))
+            save_adapter(inner, path / ADAPTER_DIR)
+            lost = merge_rounding(inner)
+            (path / ADAPTER_DIR / "merge_rounding.json").write_text(json.dumps({"max_relative_error": lost}))
+            if lost > 0.1:  # one message per process (the warnings filter), the figure in merge_rounding.json
+                warnings.warn("saving a LoRA policy whose weights are bf16/fp16: the merged weights lose part of the "
+                              "adapters' update to rounding (adapter/merge_rounding.json); adapter/ holds it exactly, "
+                              "for the policy GRPO started from, or train with policy.dtype=float32", stacklevel=2)
         else:
             policy.model.save_pretrained(path)
         policy.tokenizer.save_pretrained(path)

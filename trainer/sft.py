@@ -184,7 +184,16 @@ def check_demonstrations_fit(cfg: TrainConfig, policy: Policy, seeds: Sequence[T
 
     if not cfg.sft.enabled or not seeds:
         return
-    demos = make_demonstrations(policy, spread(list(seeds), n), cfg.data.env_id, env_kwargs(cfg))
+    # the warm start's own tasks where they are cheap to know (the first sft.demos seeds); drawn ones are like the seeds
+    if cfg.sft.data == "seeds":
+        pool = demonstration_tasks(cfg, seeds, env_mode(cfg.data.env_id))
+    else:
+        suite = default_suite()
+        pool = [t for t in seeds if not cfg.sft.max_depth or compute_signature(t, suite).depth <= cfg.sft.max_depth]
+    if not pool:
+        return
+    demos = make_demonstrations(policy, spread(pool, n), cfg.data.env_id, env_kwargs(cfg), recovery=cfg.sft.recovery,
+                                seed=cfg.seed)
     lengths = [len(d.transcript.ids) for d in demos]
     over = sum(n_ids > cfg.rollout.max_context for n_ids in lengths)
     if not lengths or 2 * over <= len(lengths):

@@ -72,6 +72,10 @@ def using_fallback(split: str) -> bool:
     return not taskset_path(split).exists()
 
 
+# how spread() picks: part of what a cached evaluation was measured on (benchmarks/_de_runner.py's job keys)
+SPREAD_RULE = "evenly spaced over turn type, then depth (2026-12-03)"
+
+
 def spread(tasks: list[TaskSpec], n: int) -> list[TaskSpec]:
     """``n`` tasks that keep the set's mix of turn types and depths, in the set's order: evenly spaced over the
     tasks ordered by turn type, then depth (``meta["stratum"]``, ``meta["knobs"]["depth"]``, as the shipped sets
