@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 import torch
+from transformers.pytorch_utils import Conv1D  # GPT-2's linear layers (weight stored transposed)
 
 from .config import LoRAConfig
 
@@ -39,8 +40,6 @@ def is_adapted(model: torch.nn.Module) -> bool:
 
 
 def _linear_names(model: torch.nn.Module) -> list[str]:
-    from transformers.pytorch_utils import Conv1D  # GPT-2's linear layers
-
     return sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules()
                    if isinstance(m, (torch.nn.Linear, Conv1D))})
 
@@ -54,8 +53,6 @@ def add_adapters(model: torch.nn.Module, cfg: LoRAConfig, seed: int = 0) -> torc
         return model
     peft = _peft()
     targets: str | list[str] = "all-linear" if list(cfg.target_modules) == ["all-linear"] else list(cfg.target_modules)
-    from transformers.pytorch_utils import Conv1D
-
     conv1d = any(isinstance(m, Conv1D) for m in model.modules())  # GPT-2 style layers store their weight transposed
     config = peft.LoraConfig(r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=targets,
                              bias="none", task_type="CAUSAL_LM", fan_in_fan_out=conv1d)
