@@ -201,7 +201,7 @@ def test_merged_weights_reload_as_the_adapted_model_for_other_architectures(arch
         for name, p in adapted.named_parameters():
             if "lora_B" in name:
                 p.normal_(0, 0.1)
-    adapted.get_base_model().save_pretrained(tmp_path, state_dict=merged_state_dict(adapted))
+    adapted.get_base_model().save_pretrained(tmp_path, state_dict=merged_state_dict(adapted)[0])
     reloaded = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
     ids = torch.tensor([[1, 5, 9, 33, 2]])
     with torch.no_grad():

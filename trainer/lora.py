@@ -75,23 +75,33 @@ def _lora_layers(model: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Module]
             yield name, module
 
 
-def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+def merged_state_dict(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], float]:
     """The plain model's state dict: every base weight, each adapted layer's weight with its adapter's
-    delta added (in fp32, then rounded once to the weight's dtype). The adapters stay as they are."""
+    delta added (in fp32, then rounded once to the weight's dtype). The adapters stay as they are.
+
+    Also how much of the update that rounding loses: the largest, over the adapted layers, of
+    |round(W + delta) - W - delta| / |delta| (Frobenius norms). 0 for fp32 weights (up to float rounding);
+    in bf16 a small update is mostly rounded away (8 significant bits)."""
     base = getattr(model, "module", model).get_base_model()
     out = {name.replace(".base_layer.", "."): tensor for name, tensor in base.state_dict().items()
            if ".lora_" not in name}
+    lost = 0.0
     with torch.no_grad():
         for name, layer in _lora_layers(base):
             weight = layer.get_base_layer().weight
-            out[f"{name}.weight"] = (weight.float() + layer.get_delta_weight(ADAPTER_NAME).float()).to(weight.dtype)
-    return out
+            delta = layer.get_delta_weight(ADAPTER_NAME).float()
+            merged = (weight.float() + delta).to(weight.dtype)
+            out[f"{name}.weight"] = merged
+            norm = float(delta.norm())
+            if norm > 0:
+                lost = max(lost, float((merged.float() - weight.float() - delta).norm()) / norm)
+    return out, lost
 
 
 def merge_adapters(model: torch.nn.Module) -> torch.nn.Module:
     """The plain model (adapters removed) holding the merged weights ``merged_state_dict`` computes:
     what a saved policy of ``model`` reloads as. Used when a warm start trained through adapters ends."""
-    merged = merged_state_dict(model)
+    merged, _ = merged_state_dict(model)
     plain = getattr(model, "module", model).unload()
     plain.load_state_dict(merged)
     plain.requires_grad_(True)
@@ -101,23 +111,6 @@ def merge_adapters(model: torch.nn.Module) -> torch.nn.Module:
 def save_adapter(model: torch.nn.Module, path: str | Path) -> None:
     # save_embedding_layers=False: peft's "auto" asks the Hugging Face Hub about the base model at every save
     getattr(model, "module", model).save_pretrained(Path(path), save_embedding_layers=False)
-
-
-def merge_rounding(model: torch.nn.Module) -> float:
-    """How much of the adapters' update a merged save loses to the weights' dtype: the largest, over the adapted
-    layers, of |round(W + delta) - W - delta| / |delta| (Frobenius norms). 0 for fp32 weights (up to float
-    rounding); in bf16 a small update is mostly rounded away (8 significant bits)."""
-    base = getattr(model, "module", model).get_base_model()
-    worst = 0.0
-    with torch.no_grad():
-        for _, layer in _lora_layers(base):
-            weight = layer.get_base_layer().weight
-            delta = layer.get_delta_weight(ADAPTER_NAME).float()
-            norm = float(delta.norm())
-            if norm > 0:
-                kept = (weight.float() + delta).to(weight.dtype).float() - weight.float()
-                worst = max(worst, float((kept - delta).norm()) / norm)
-    return worst
 
 
 def load_adapter(model: torch.nn.Module, policy_dir: str | Path) -> None:

@@ -246,7 +246,7 @@ def save_policy(policy: Policy, path: str | Path) -> Path:
     as the plain model with the adapters merged into its weights, the adapter itself in ``adapter/``."""
     from transformers.utils import logging as hf_logging
 
-    from .lora import ADAPTER_DIR, is_adapted, merge_rounding, merged_state_dict, save_adapter
+    from .lora import ADAPTER_DIR, is_adapted, merged_state_dict, save_adapter
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
@@ -255,9 +255,9 @@ def save_policy(policy: Policy, path: str | Path) -> Path:
     try:
         if is_adapted(policy.model):
             inner = getattr(policy.model, "module", policy.model)
-            inner.get_base_model().save_pretrained(path, state_dict=merged_state_dict(inner))
+            merged, lost = merged_state_dict(inner)
+            inner.get_base_model().save_pretrained(path, state_dict=merged)
             save_adapter(inner, path / ADAPTER_DIR)
-            lost = merge_rounding(inner)
             (path / ADAPTER_DIR / "merge_rounding.json").write_text(json.dumps({"max_relative_error": lost}))
             if lost > 0.1:  # one message per process (the warnings filter), the figure in merge_rounding.json
                 warnings.warn("saving a LoRA policy whose weights are bf16/fp16: the merged weights lose part of the "

@@ -140,10 +140,15 @@ def demonstration_tasks(cfg: TrainConfig, seeds: Sequence[TaskSpec], mode: str) 
         from rods_gym.envs.build_tasksets import demonstration_tasks as fresh
 
         tasks = fresh(cfg.sft.demos, seed=cfg.sft.data_seed, view=mode)
-    if cfg.sft.max_depth:
-        suite = default_suite()
-        tasks = [t for t in tasks if compute_signature(t, suite).depth <= cfg.sft.max_depth]
-    return tasks
+    return within_depth(tasks, cfg.sft.max_depth)
+
+
+def within_depth(tasks: Sequence[TaskSpec], max_depth: int) -> list[TaskSpec]:
+    """The tasks whose dependency depth is at most ``max_depth`` (``sft.max_depth``; 0: all of them)."""
+    if not max_depth:
+        return list(tasks)
+    suite = default_suite()
+    return [t for t in tasks if compute_signature(t, suite).depth <= max_depth]
 
 
 def demonstrations(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *,
@@ -185,11 +190,8 @@ def check_demonstrations_fit(cfg: TrainConfig, policy: Policy, seeds: Sequence[T
     if not cfg.sft.enabled or not seeds:
         return
     # the warm start's own tasks where they are cheap to know (the first sft.demos seeds); drawn ones are like the seeds
-    if cfg.sft.data == "seeds":
-        pool = demonstration_tasks(cfg, seeds, env_mode(cfg.data.env_id))
-    else:
-        suite = default_suite()
-        pool = [t for t in seeds if not cfg.sft.max_depth or compute_signature(t, suite).depth <= cfg.sft.max_depth]
+    pool = (demonstration_tasks(cfg, seeds, env_mode(cfg.data.env_id)) if cfg.sft.data == "seeds"
+            else within_depth(seeds, cfg.sft.max_depth))
     if not pool:
         return
     demos = make_demonstrations(policy, spread(pool, n), cfg.data.env_id, env_kwargs(cfg), recovery=cfg.sft.recovery,

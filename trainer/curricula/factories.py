@@ -123,15 +123,15 @@ def augmented_env_id(env_id: str) -> str:
 def augment_source(cfg: "TrainConfig", seeds: Sequence[TaskSpec], rng_seed: int) -> TaskSource:
     options = _options(cfg, "augment", ["augment"])
     given = options.get("augment", {})
+    known = sorted(f.name for f in dataclasses.fields(AugmentConfig))
     if not isinstance(given, Mapping):
         raise ValueError(f"data.source_options.augment must be a mapping of AugmentConfig fields, e.g. "
-                         f"{{error_hints: 0.5}}, got {given!r}; its fields: {sorted(f.name for f in dataclasses.fields(AugmentConfig))}")
+                         f"{{error_hints: 0.5}}, got {given!r}; its fields: {known}")
     env_kwargs = {"augment": dict(given)} if "augment" in options else {}
     if env_kwargs:  # checked now, not when the first env is built after the warm start
-        unknown = sorted(set(given) - {f.name for f in dataclasses.fields(AugmentConfig)})
+        unknown = sorted(set(given) - set(known))
         if unknown:
-            raise ValueError(f"data.source_options.augment: unknown field(s) {unknown}; AugmentConfig takes "
-                             f"{sorted(f.name for f in dataclasses.fields(AugmentConfig))}")
+            raise ValueError(f"data.source_options.augment: unknown field(s) {unknown}; AugmentConfig takes {known}")
         try:
             AugmentConfig(**env_kwargs["augment"])
         except (TypeError, ValueError) as exc:
