@@ -17,7 +17,6 @@ import copy
 import math
 import shutil
 import time
-import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -40,11 +39,11 @@ from .evaluation import evaluate_sets, strip_tokens
 from .grpo import (Batch, LossSettings, action_advantages, discounted_return, grpo_loss, group_advantages, make_batch,
                    state_advantages, token_logprobs, weigh_negatives)
 from .lora import adapters_off, add_adapters, is_adapted, load_adapter
-from .master_weights import MasterWeights
+from .master_weights import MasterWeights, runs_in_fp16
 from .metrics import MetricsLogger, memory_mb
 from .policy import Policy, enable_gradient_checkpointing, load_policy, save_policy
 from .rollout import RolloutEngine, RolloutSettings, RolloutStats, Trajectory, branch_before_first_miss, misses
-from .sft import Demo, demonstrations, sft_batch_loss
+from .sft import Demo, advance_schedule, demonstrations, sft_batch_loss
 from .sources import make_source, source_env_options
 from .task_source import GroupResult, TaskSource
 from .threads import torch_threads
@@ -332,7 +331,8 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
     if g.freeze_embeddings:
         policy.model.get_input_embeddings().weight.requires_grad_(False)
     trainable = [p for p in policy.model.parameters() if p.requires_grad]
-    masters = MasterWeights(trainable)  # fp32 copies of a bf16/fp16 policy's weights (none for fp32)
+    # fp32 copies of a bf16/fp16 policy's weights (none for fp32), and fp16's loss scaling
+    masters = MasterWeights(trainable, scale_loss=runs_in_fp16(policy.model))
     optimizer = torch.optim.AdamW(masters.tensors, lr=g.lr, betas=tuple(g.adam_betas), eps=g.adam_eps,
                                   weight_decay=g.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
@@ -340,6 +340,7 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         state = load_trainer_state(ckpt)
         optimizer.load_state_dict(state["optimizer"])
         masters.load_state_dict(state.get("master_weights"))
+        masters.load_scaler_state_dict(state.get("loss_scaler"))
         scheduler.load_state_dict(state["scheduler"])
         source.load_state_dict(state["source"])
         set_global_rng_state(state["global_rng"])
@@ -373,6 +374,7 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         accelerator.wait_for_everyone()
         if main:
             state = {"step": step, "optimizer": optimizer.state_dict(), "master_weights": masters.state_dict(),
+                     "loss_scaler": masters.scaler_state_dict(),
                      "scheduler": scheduler.state_dict(),
                      "source": source.state_dict(), "history": history, "evals": evals, "config": cfg.to_dict(),
                      "world_size": world}
@@ -482,7 +484,7 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
                         with accelerator.no_sync(model) if world > 1 else nullcontext():
                             ptx = sft_batch_loss(model, policy.pad_id, demos, g.sft_batch,
                                                  np.random.default_rng([cfg.seed, step, epoch, len(losses), rank]))
-                            accelerator.backward(g.sft_weight * ptx)
+                            accelerator.backward(masters.scale(g.sft_weight * ptx))
                         ptx_losses.append(float(ptx.detach()))
                     for k, idx in enumerate(micro):
                         sub = batch.select(idx)
@@ -490,26 +492,25 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
                         ctx = accelerator.no_sync(model) if (world > 1 and not sync) else nullcontext()
                         with ctx:
                             loss, st = grpo_loss(model, sub, loss_settings, n_tokens=n_tokens, n_seqs=n_seqs)
-                            accelerator.backward(loss)
+                            accelerator.backward(masters.scale(loss))
                         mb_loss += float(loss.detach())
                         for key in sums:
                             sums[key] += st[key]
-                    grad_norms.append(float(accelerator.clip_grad_norm_(model.parameters(), g.max_grad_norm)))
-                    masters.step(optimizer)
+                    grad_norms.append(masters.step(optimizer, g.max_grad_norm,
+                                                   lambda m: accelerator.clip_grad_norm_(model.parameters(), m)))
                     optimizer.zero_grad(set_to_none=True)
                     losses.append(mb_loss)
             model.eval()
-        with warnings.catch_warnings():  # a step without an update still advances the schedule
-            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step", category=UserWarning)
-            scheduler.step()
+        advance_schedule(scheduler)  # also after a step without an update
         t2 = time.perf_counter()
 
         # 4. metrics (over all processes; rewards over every rollout of the step, refills included)
         rs = [rnd.stats for rnd in rounds]
+        finite_norms = [n for n in grad_norms if math.isfinite(n)]  # an fp16 step skipped on overflow has none
         local_totals = {**sums, "gen_time": sum(s.gen_time for s in rs), "env_time": sum(s.env_time for s in rs),
                         "gen_tokens": float(sum(s.gen_tokens for s in rs)), "update_tokens": update_tokens,
                         "loss": float(np.mean(losses)) if losses else 0.0,
-                        "grad_norm": float(np.mean(grad_norms)) if grad_norms else 0.0,
+                        "grad_norm": float(np.mean(finite_norms)) if finite_norms else 0.0,
                         "sft_loss": float(np.mean(ptx_losses)) if ptx_losses else 0.0,
                         **branch_counts(rounds, g.gamma)}
         stat_vec = torch.tensor(list(local_totals.values()))
@@ -550,6 +551,8 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
             "groups": len(groups), "groups_kept": len(kept), "refill_rounds": len(rounds) - 1,
             **memory_mb(accelerator.device),  # the main process's (what a leak would show first)
         }
+        if masters.scaler is not None:  # fp16: the loss scale, and the updates skipped on overflow so far
+            record.update({"loss_scale": masters.loss_scale, "skipped_updates": masters.skipped})
         if r.branch_size > 0:  # greedy-branch rollouts: the greedy episodes, the failed ones' branch groups
             record.update({"greedy_episodes": int(tot["greedy_episodes"]), "branch_groups": int(tot["branch_groups"]),
                            "branch_episodes": int(tot["branch_episodes"]),

@@ -31,7 +31,7 @@ from rods_gym.task import TaskSpec
 
 from .config import SFTConfig, TrainConfig, env_kwargs
 from .generation import no_cache
-from .master_weights import MasterWeights
+from .master_weights import MasterWeights, runs_in_fp16
 from .policy import Policy
 from .recovery import slipped_call
 from .rollout import conversation_start, conversation_step
@@ -284,6 +284,14 @@ def warmup_cosine(step: int, warmup: int, total: int) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * min(step - warmup, span) / span))
 
 
+def advance_schedule(scheduler: torch.optim.lr_scheduler.LRScheduler) -> None:
+    """``scheduler.step()``, also after an optimizer step that did not happen (an fp16 step skipped on overflow,
+    a GRPO step without an update): the schedule follows the training steps, not the optimizer's."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step", category=UserWarning)
+        scheduler.step()
+
+
 SFT_STATE = "sft_state.pt"
 SFT_SETTINGS = "settings.json"  # the settings a checkpoint was made with, readable without loading it
 UNTRACKED = ("enabled", "threads", "checkpoint_every")  # SFTConfig fields that leave the trained weights as they are
@@ -354,11 +362,12 @@ def train_sft(policy: Policy, demos: Sequence[Demo], cfg: SFTConfig, *, seed: in
     if saved is not None:
         model.load_state_dict(saved["model"])
     # fp32 copies of a bf16/fp16 policy's weights (none for fp32); only what trains (the adapters under LoRA)
-    masters = MasterWeights([p for p in model.parameters() if p.requires_grad])
+    masters = MasterWeights([p for p in model.parameters() if p.requires_grad], scale_loss=runs_in_fp16(model))
     optimizer = torch.optim.AdamW(masters.tensors, lr=cfg.lr, weight_decay=0.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, cfg.warmup_steps, cfg.steps))
     if saved is not None:
         masters.load_state_dict(saved.get("master_weights"))
+        masters.load_scaler_state_dict(saved.get("loss_scaler"))
         optimizer.load_state_dict(saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])
         losses = list(saved["losses"])
@@ -382,13 +391,12 @@ def train_sft(policy: Policy, demos: Sequence[Demo], cfg: SFTConfig, *, seed: in
             loss = sft_loss(model, ids.to(device), attn.to(device), amask.to(device), n_tokens=total)
         optimizer.zero_grad(set_to_none=True)
         if accelerator is not None:
-            accelerator.backward(loss)
-            accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            accelerator.backward(masters.scale(loss))
+            masters.step(optimizer, cfg.max_grad_norm, lambda m: accelerator.clip_grad_norm_(model.parameters(), m))
         else:
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-        masters.step(optimizer)
-        scheduler.step()
+            masters.scale(loss).backward()
+            masters.step(optimizer, cfg.max_grad_norm)
+        advance_schedule(scheduler)
         # each process's loss is its tokens' sum over 1/world of the global token count: the global loss is their mean
         value = float(accelerator.reduce(loss.detach(), reduction="mean")) if world > 1 else float(loss.detach())
         losses.append(value)
@@ -402,7 +410,7 @@ def train_sft(policy: Policy, demos: Sequence[Demo], cfg: SFTConfig, *, seed: in
                 inner = accelerator.unwrap_model(model) if accelerator is not None else model
                 _save_sft_checkpoint(Path(checkpoint_dir), {
                     "step": done, "losses": losses, "model": inner.state_dict(), "optimizer": optimizer.state_dict(),
-                    "master_weights": masters.state_dict(),
+                    "master_weights": masters.state_dict(), "loss_scaler": masters.scaler_state_dict(),
                     "scheduler": scheduler.state_dict()}, settings)
             if accelerator is not None:
                 accelerator.wait_for_everyone()
