@@ -109,6 +109,9 @@ def test_a_chat_template_that_ignores_the_tools_is_refused(tmp_path: Path) -> No
     cfg = chat_config(save_model(tmp_path / "m", NO_TOOLS), tmp_path / "run")
     with pytest.raises(ValueError, match=r"ignores the tools: the first prompt of task '.*' does not name \w+"):
         prepare_inputs(cfg, check_source=False)
+    with pytest.raises(SystemExit):  # rods evaluate too, before any episode
+        from rods_gym.cli import main
+        main(["evaluate", "--config", "chat_tiny", "--model", str(cfg.policy.model), "--tasks", "2"])
     # the embedded chat model and a Qwen2 with the tool-listing template pass
     tiny = load_config("chat_tiny")
     seeds = prepare_inputs(chat_config(save_model(tmp_path / "ok"), tmp_path / "run"), check_source=False).seeds
@@ -130,6 +133,10 @@ def test_a_template_that_cannot_render_the_chat_view_is_one_line_before_any_work
     assert code == 2 and "Traceback" not in err and not run.exists(), err
     error = [line for line in err.splitlines() if line.startswith("rods train: error: ")]
     assert len(error) == 1 and re.search(says, error[0]), err
+    # rods evaluate runs the same probe before any episode (it used to fail mid-evaluation, or not at all)
+    code, out, err = cli(capsys, "evaluate", "--config", "chat_tiny", "--model", str(model), "--tasks", "2")
+    error = [line for line in err.splitlines() if line.startswith("rods evaluate: error: ")]
+    assert code == 2 and "Traceback" not in err and not out and len(error) == 1 and re.search(says, error[0]), err
 
 
 def test_a_jinja_error_anywhere_in_the_setup_is_one_line(capsys) -> None:

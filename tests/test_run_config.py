@@ -403,8 +403,9 @@ def test_paths_splits_and_envs_that_do_not_exist_are_named(tmp_path: Path, monke
     err = capsys.readouterr().err
     assert "rods evaluate: error:" in err and "no such directory" in err and "Traceback" not in err
     # a compact policy in the structured view: refused in one line; in the chat view: refused too, since the
-    # embedded model records its view; a policy without that record (saved before it existed) runs there, with
-    # a warning that its tokenizer does not know that view's text
+    # embedded model records its view; a policy without that record (saved before it existed) is refused there
+    # by the chat-template probe (its template does not render tools), and in the compact view with other slot
+    # ids it runs, with a warning that its tokenizer does not know that view's text
     pol = str(tmp_path / "home" / "pol")
     with pytest.raises(SystemExit) as exit_info:
         main(["evaluate", "--policy", pol, "--tasks", "1", "--env", "rods/ToolChain-Structured-v0"])
@@ -419,7 +420,11 @@ def test_paths_splits_and_envs_that_do_not_exist_are_named(tmp_path: Path, monke
     config = json.loads((untagged / "config.json").read_text())
     del config["rods_gym_view"]
     (untagged / "config.json").write_text(json.dumps(config))
-    assert main(["evaluate", "--policy", str(untagged), "--tasks", "1", "--env", "rods/ToolChain-Chat-v0",
+    with pytest.raises(SystemExit) as exit_info:
+        main(["evaluate", "--policy", str(untagged), "--tasks", "1", "--env", "rods/ToolChain-Chat-v0"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "ignores the tools" in err and "Traceback" not in err
+    assert main(["evaluate", "--policy", str(untagged), "--tasks", "1", "data.slot_ids=typed",
                  "rollout.max_turns=1", "rollout.max_action_tokens=2"]) == 0
     assert "rods evaluate: warning: the policy's tokenizer" in capsys.readouterr().err
     assert main(["evaluate", "--policy", pol, "--tasks", "1", "rollout.max_turns=1", "rollout.max_action_tokens=2"]) == 0

@@ -401,9 +401,8 @@ def run_sft(args: argparse.Namespace) -> int:
 def run_evaluate(args: argparse.Namespace) -> int:
     from .checkpoint import latest_policy
     from .loop import evaluation_engine
-    from .pipeline import (apply_threads, check_action_tokens, check_env_difficulty, check_model_positions,
-                           check_prompts_fit, check_view_vocabulary, env_mode, job_evaluation, make_accelerator)
-    from .policy import check_policy_view, load_policy, make_policy
+    from .pipeline import apply_threads, check_policy_for_run, env_mode, job_evaluation, make_accelerator
+    from .policy import load_policy, make_policy
     from .rollout import MODES
     from .tasks import load_tasks, spread
 
@@ -441,13 +440,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
             policy = load_policy(saved, cfg.policy.local_files_only, cfg.policy.dtype)
         else:
             policy = make_policy(cfg.policy, mode, slot_ids=cfg.data.slot_ids)
-        check_env_difficulty(cfg)  # warnings
-        check_policy_view(policy, mode, cfg.data.env_id)
-        check_model_positions(cfg, policy)
-        check_action_tokens(cfg, policy, mode)
-        if saved or cfg.policy.model != "tiny":
-            check_view_vocabulary(cfg, policy)
-        check_prompts_fit(cfg, policy, sets)
+        check_policy_for_run(cfg, policy, mode, sets, vocabulary=bool(saved) or cfg.policy.model != "tiny")
         return policy, sets
 
     policy, sets = _or_exit("evaluate", prepare)

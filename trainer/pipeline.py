@@ -293,15 +293,8 @@ def prepare_inputs(cfg: TrainConfig, *, check_source: bool = True, resume: bool 
     if source is not None:
         check_source_fits_rollout(source, cfg.rollout)
     policy = make_run_policy(cfg, mode, eval_sets, resume=resume)
-    check_env_difficulty(cfg)
-    check_policy_view(policy, mode, cfg.data.env_id)
-    check_model_positions(cfg, policy)
-    check_action_tokens(cfg, policy, mode)
-    if cfg.policy.model != "tiny":  # the embedded policy is built for this view
-        check_view_vocabulary(cfg, policy)
-    if mode == "chat" and seeds:
-        check_chat_template(cfg, policy, seeds[0])
-    check_prompts_fit(cfg, policy, {"train": seeds, **eval_sets})
+    # the embedded policy is built for this view: no vocabulary to check
+    check_policy_for_run(cfg, policy, mode, {"train": seeds, **eval_sets}, vocabulary=cfg.policy.model != "tiny")
     if not (resume and (Path(cfg.run_dir) / "sft_policy" / "config.json").exists()):  # a warm start still to train
         check_demonstrations_fit(cfg, policy, seeds)
     return RunInputs(mode, seeds, eval_sets, policy, source)
@@ -359,6 +352,24 @@ def check_model_positions(cfg: TrainConfig, policy: Policy) -> None:
     raise ValueError(f"rollout.max_context={cfg.rollout.max_context} exceeds the {limit} positions of policy "
                      f"{policy.name} ({key} in its config): episodes would run past them; set "
                      f"rollout.max_context={limit}{embedded}")
+
+
+def check_policy_for_run(cfg: TrainConfig, policy: Policy, mode: str, task_sets: Mapping[str, Sequence[TaskSpec]], *,
+                         vocabulary: bool = True) -> None:
+    """What ``rods train``, ``rods sft`` and ``rods evaluate`` check of a policy before any episode (each a one-line
+    ``ValueError``; some only warn): a difficulty named in the env id, the policy's view, its positions, its
+    action-token budget, its vocabulary for the view (``vocabulary``), the chat template (chat view, on the first
+    task of ``task_sets``) and the first prompts of every task set against ``rollout.max_context``."""
+    check_env_difficulty(cfg)
+    check_policy_view(policy, mode, cfg.data.env_id)
+    check_model_positions(cfg, policy)
+    check_action_tokens(cfg, policy, mode)
+    if vocabulary:
+        check_view_vocabulary(cfg, policy)
+    first = next((task for tasks in task_sets.values() for task in tasks), None)
+    if mode == "chat" and first is not None:
+        check_chat_template(cfg, policy, first)
+    check_prompts_fit(cfg, policy, task_sets)
 
 
 PROBE_REPLY, PROBE_USER = "Done.", "Thanks. One more thing."
