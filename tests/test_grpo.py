@@ -30,6 +30,22 @@ def test_group_advantages_dr_grpo_has_no_std() -> None:
         group_advantages(returns, "median")
 
 
+def test_group_advantages_against_a_greedy_baseline_by_hand() -> None:
+    returns = torch.tensor([[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0], [0.5, 0.5, 0.5, 0.5]])
+    greedy = torch.tensor([1.0, 0.0, 0.5])
+    # ReMax: no sample beats a greedy success, so none is pushed up; Dr.GRPO-style without a std
+    assert torch.allclose(group_advantages(returns, "none", baseline=greedy),
+                          torch.tensor([[0.0, -1.0, -1.0, 0.0], [1.0] * 4, [0.0] * 4]))
+    adv = group_advantages(returns, "group", eps=1e-4, baseline=greedy)
+    # group 0: std of (1, 0, 0, 1, 1) = sqrt(0.3); group 1: of (1, 1, 1, 1, 0) = sqrt(0.2), so every sample,
+    # all better than greedy, gets 1 / sqrt(0.2) = sqrt(5) = sqrt(G + 1), not 1 / eps
+    s0, s1 = math.sqrt(0.3) + 1e-4, math.sqrt(0.2) + 1e-4
+    assert torch.allclose(adv, torch.tensor([[0.0, -1 / s0, -1 / s0, 0.0], [1 / s1] * 4, [0.0] * 4]), atol=1e-6)
+    assert torch.equal(adv[2], torch.zeros(4))  # samples that all equal the greedy episode: no signal
+    with pytest.raises(ValueError, match=r"baseline must be \[n_groups\] = \[3\]"):
+        group_advantages(returns, "group", baseline=torch.zeros(2))
+
+
 def test_clipped_surrogate_by_hand() -> None:
     old = torch.zeros(4)
     logp = torch.log(torch.tensor([1.5, 1.5, 0.5, 0.5]))

@@ -694,7 +694,8 @@ def test_a_job_killed_in_its_warm_start_resumes_there(tmp_path: Path, monkeypatc
     assert [s for s, _ in scalars(tmp_path / "run" / "tensorboard", "train/reward_mean")] == [1, 2]
 
 
-def test_greedy_branches_retry_the_first_miss(task_file: Path, warm_policy: Path, tmp_path: Path) -> None:
+def test_greedy_branches_retry_the_first_miss(task_file: Path, warm_policy: Path, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """``rollout.branch_size``: per task a greedy episode; where it fails, a group sampled from the state
     before its first action that earned nothing (prefix replayed as context), trained as its own group."""
     from rods_gym.trainer.loop import (branch_counts, branch_returns, rollout_round, rollout_settings, source_env_id,
@@ -758,6 +759,11 @@ def test_greedy_branches_retry_the_first_miss(task_file: Path, warm_policy: Path
             assert sum(t.transcript.action_mask[: len(point.ids)]) == 0  # the replayed prefix is context
             assert len(t.rewards) == len(t.action_spans) >= 1 and t.action_spans[0][0] >= len(point.ids)
     assert branch_returns(list(rnd.branches.values()), 1.0).shape == (len(rnd.branches), 4)
+    assert rnd.greedy_returns == {i: t.ret for i, t in enumerate(greedy)}
+    # grpo.baseline greedy alone: the same greedy episodes, no branches
+    alone = rollout_round(engine, source, tasks, 3, Accelerator(cpu=True), generator=torch.Generator().manual_seed(0),
+                          model=policy.model, seed=0, greedy=True)
+    assert alone.greedy_returns == rnd.greedy_returns and alone.branches == {}
     counts = branch_counts([rnd], 1.0)
     assert counts["greedy_episodes"] == 5 and counts["branch_groups"] == len(rnd.branches)
     assert counts["branch_episodes"] == 4 * len(rnd.branches)
@@ -768,10 +774,10 @@ def test_greedy_branches_retry_the_first_miss(task_file: Path, warm_policy: Path
     # (on held-out tasks where some branch group's returns differ in step 1: a real signal, not only more tokens)
     loop_tasks = TaskSampler(default_suite(), DIFFICULTIES["easy"], seed=7).sample_many(6)
 
-    def run(name: str, **extra: str):
+    def run(name: str, train_tasks=loop_tasks, **extra: str):
         cfg = tiny_config(task_file, tmp_path / name, steps="1", **extra)
         policy = load_policy(warm_policy)
-        grpo_train(cfg, policy, loop_tasks, run_dir=cfg.run_dir, accelerator=Accelerator(cpu=True))
+        grpo_train(cfg, policy, train_tasks, run_dir=cfg.run_dir, accelerator=Accelerator(cpu=True))
         return policy
 
     plain = run("plain")
@@ -799,6 +805,31 @@ def test_greedy_branches_retry_the_first_miss(task_file: Path, warm_policy: Path
     # GiGPO's state-grouped action term on top: branch groups join it (another update than branches alone)
     gigpo = run("gigpo", **{"rollout.branch_size": "4", "grpo.action_weight": "1.0", "grpo.action_grouping": "state"})
     assert any(not torch.equal(a, b) for a, b in zip(runs[0].model.parameters(), gigpo.model.parameters()))
+
+    # grpo.baseline greedy (ReMax): a greedy episode per task beside the group, its return the groups' baseline
+    from rods_gym.trainer import loop as loop_module
+
+    seen: list = []
+    real_advantages = loop_module.group_advantages
+
+    def spy(returns, scale, eps, baseline=None):
+        seen.append((returns, baseline))
+        return real_advantages(returns, scale, eps, baseline)
+
+    monkeypatch.setattr(loop_module, "group_advantages", spy)
+    # (on the seeds, which the warm start solves greedily and not always at T=1.5: groups with spread in step 1)
+    remax = run("remax", seed_tasks(), **{"grpo.baseline": "greedy", "rollout.temperature": "1.5"})
+    monkeypatch.setattr(loop_module, "group_advantages", real_advantages)
+    group_mean = run("group_mean", seed_tasks(), **{"rollout.temperature": "1.5"})
+    rec_remax, rec_mean = (read_jsonl(tmp_path / n / "metrics.jsonl")[0] for n in ("remax", "group_mean"))
+    assert rec_remax["greedy_episodes"] == 2 and "branch_groups" not in rec_remax and "greedy_episodes" not in rec_mean
+    assert rec_remax["episodes"] == rec_mean["episodes"] and rec_remax["gen_tokens"] > rec_mean["gen_tokens"]
+    (returns, baseline), = seen
+    assert returns.shape == (2, 3) and baseline is not None and baseline.shape == (2,)
+    assert all(0.0 <= b <= 1.0 for b in baseline.tolist()) and float(returns.std()) > 0
+    # the start rollouts are plain GRPO's (same sampler draws), so a different update is the baseline's doing
+    assert rec_remax["reward_mean"] == rec_mean["reward_mean"]
+    assert any(not torch.equal(a, b) for a, b in zip(group_mean.model.parameters(), remax.model.parameters()))
 
     # the augmented twin rewords each episode from its reset seed: branch episodes reset with their greedy
     # episode's seed, so the replayed prefix matches (with each episode's own seed, replay would refuse it)

@@ -159,6 +159,12 @@ class GRPOConfig:
     # positive one (min(A, 0)), so an episode that succeeds after a wrong call and a retry reinforces
     # the retry but not the wrong call. The return, and so the incentive to keep trying, is unchanged.
     miss_credit: str = "episode"
+    # what a rollout's return is compared with. "group": its group's mean (GRPO). "greedy": the return of
+    # one greedy episode of the same task (ReMax's baseline, run beside the group: one more episode per
+    # task), and scale_rewards "group" divides by the std of the group's and the greedy return together.
+    # A rollout is reinforced only where it beats what greedy decoding does: on a task greedy decoding
+    # solves, no sample is pushed up and failing ones are pushed down, so its greedy path keeps its lead.
+    baseline: str = "group"
 
 
 @dataclass(frozen=True)
@@ -259,6 +265,7 @@ CHOICES = {
     ("grpo", "scheduler"): ("constant", "linear", "cosine"),
     ("grpo", "action_grouping"): ("group", "state"),
     ("grpo", "miss_credit"): ("episode", "nonpositive"),
+    ("grpo", "baseline"): ("group", "greedy"),
     ("policy", "dtype"): ("float32", "bfloat16", "float16"),
     ("policy", "compact_tokens"): ("words", "pieces"),
     ("policy", "architecture"): ("llama", "lfm2"),

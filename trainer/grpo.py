@@ -30,16 +30,28 @@ SCALES = ("group", "none")
 AGGREGATIONS = ("token", "sequence", "dr_grpo")
 
 
-def group_advantages(returns: torch.Tensor, scale: str = "group", eps: float = 1e-4) -> torch.Tensor:
-    """``returns``: [n_groups, G] -> advantages of the same shape."""
+def group_advantages(returns: torch.Tensor, scale: str = "group", eps: float = 1e-4,
+                     baseline: torch.Tensor | None = None) -> torch.Tensor:
+    """``returns``: [n_groups, G] -> advantages of the same shape.
+
+    ``baseline`` ([n_groups]): a return to compare each group's rollouts with instead of the group's mean
+    (ReMax: the task's greedy episode's); with ``scale="group"`` the std is then that of the group's
+    returns and the baseline together (G + 1 values), which is never 0 where some advantage is not, so
+    a group whose rollouts all beat (or all lose to) the baseline gets bounded advantages (at most
+    sqrt(G + 1) in size)."""
     if scale not in SCALES:
         raise ValueError(f"unknown advantage scale {scale!r}; choose one of {SCALES}")
     if returns.dim() != 2:
         raise ValueError(f"returns must be [n_groups, G], got shape {tuple(returns.shape)}")
-    centered = returns - returns.mean(dim=1, keepdim=True)
+    if baseline is None:
+        centered, spread = returns - returns.mean(dim=1, keepdim=True), returns
+    else:
+        if baseline.shape != returns.shape[:1]:
+            raise ValueError(f"baseline must be [n_groups] = [{returns.shape[0]}], got shape {tuple(baseline.shape)}")
+        centered, spread = returns - baseline[:, None], torch.cat([returns, baseline[:, None]], dim=1)
     if scale == "none":
         return centered
-    std = returns.std(dim=1, keepdim=True) if returns.shape[1] > 1 else torch.zeros_like(returns[:, :1])
+    std = spread.std(dim=1, keepdim=True) if spread.shape[1] > 1 else torch.zeros_like(spread[:, :1])
     return centered / (std + eps)
 
 

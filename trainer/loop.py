@@ -135,6 +135,8 @@ class RolloutRound:
     # the first miss of the task's greedy episode; absent where that episode succeeded or had no miss
     branches: dict[int, list[Trajectory]] = field(default_factory=dict)
     greedy_success: list[bool] = field(default_factory=list)  # of each greedy episode this process ran
+    # task index -> the (discounted) return of this process's greedy episode of it (branches or grpo.baseline)
+    greedy_returns: dict[int, float] = field(default_factory=dict)
 
 
 ROLLOUT_SEED_BLOCK = 100_000  # env reset seeds per (step, round, process)
@@ -149,12 +151,14 @@ def rollout_seed(step: int, round_: int, rank: int, world: int, rounds_per_step:
 
 def rollout_round(engine: RolloutEngine, source: TaskSource, tasks: Sequence[TaskSpec], group_size: int,
                   accelerator: Accelerator, *, generator: torch.Generator, model: Any, seed: int,
-                  gamma: float = 1.0, branch_size: int = 0, branch_seed: int = 0) -> RolloutRound:
+                  gamma: float = 1.0, branch_size: int = 0, branch_seed: int = 0, greedy: bool = False) -> RolloutRound:
     """``group_size`` rollouts of every task; process ``rank`` runs tasks ``rank, rank + world, ...``
     and the summaries are gathered so every process builds the same groups. A group's returns are
     discounted by ``gamma`` (``grpo.gamma``): the curriculum sees the returns the advantages use.
-    With ``branch_size`` > 0, also each task's greedy-branch episodes (``greedy_branches``, sampled
-    from a generator seeded with ``branch_seed``), kept on the process that ran them."""
+    With ``greedy`` or ``branch_size`` > 0, also one greedy episode of each task (its return for
+    ``grpo.baseline: greedy``), and with ``branch_size`` > 0 the greedy-branch episodes of those that
+    failed (``greedy_branches``, sampled from a generator seeded with ``branch_seed``), kept on the
+    process that ran them."""
     rank, world = accelerator.process_index, accelerator.num_processes
     options = [source_env_options(source, t) for t in tasks]
     mine = list(range(rank, len(tasks), world))
@@ -178,27 +182,27 @@ def rollout_round(engine: RolloutEngine, source: TaskSource, tasks: Sequence[Tas
                           successes=tuple(t.success for t in grp), env_options=options[i])
               for i, grp in enumerate(by_task)]
     rnd = RolloutRound(groups, by_task, local, stats)
-    if branch_size > 0 and mine:
-        branch_gen = torch.Generator(device=generator.device).manual_seed(branch_seed)
-        rnd.branches, rnd.greedy_success, branch_stats = greedy_branches(
-            engine, tasks, mine, options, branch_size, generator=branch_gen, model=model,
-            seed=seed + GREEDY_SEED_OFFSET)
-        stats.add(branch_stats)
+    if (greedy or branch_size > 0) and mine:
+        runs, greedy_stats = engine.run([tasks[i] for i in mine], 1, greedy=True, seed=seed + GREEDY_SEED_OFFSET,
+                                        env_options=[options[i] for i in mine], model=model)
+        stats.add(greedy_stats)
+        rnd.greedy_success = [tr.success for tr in runs]
+        rnd.greedy_returns = {i: discounted_return(tr.rewards, gamma) for i, tr in zip(mine, runs)}
+        if branch_size > 0:
+            branch_gen = torch.Generator(device=generator.device).manual_seed(branch_seed)
+            rnd.branches, branch_stats = greedy_branches(engine, mine, runs, branch_size, generator=branch_gen,
+                                                         model=model)
+            stats.add(branch_stats)
     return rnd
 
 
-def greedy_branches(engine: RolloutEngine, tasks: Sequence[TaskSpec], mine: Sequence[int],
-                    options: Sequence[Mapping[str, Any]], branch_size: int, *, generator: torch.Generator,
-                    model: Any, seed: int) -> tuple[dict[int, list[Trajectory]], list[bool], RolloutStats]:
-    """One greedy episode of each task ``tasks[i]``, ``i`` in ``mine`` (env reset seeds from ``seed``),
-    and ``branch_size`` episodes sampled with ``generator`` from the state before the first miss of
-    each that failed (``branch_before_first_miss``; they reset with their greedy episode's seed).
-    Returns task index -> its branch episodes, each greedy episode's success, and the time and
-    tokens of both."""
+def greedy_branches(engine: RolloutEngine, mine: Sequence[int], greedy: Sequence[Trajectory], branch_size: int, *,
+                    generator: torch.Generator, model: Any) -> tuple[dict[int, list[Trajectory]], RolloutStats]:
+    """``branch_size`` episodes sampled with ``generator`` from the state before the first miss of each
+    failed greedy episode (``greedy[k]``, of task index ``mine[k]``; ``branch_before_first_miss``: they
+    reset with their greedy episode's seed). Returns task index -> its branch episodes, and their time
+    and tokens."""
     stats = RolloutStats()
-    greedy, greedy_stats = engine.run([tasks[i] for i in mine], 1, greedy=True, seed=seed,
-                                      env_options=[options[i] for i in mine], model=model)
-    stats.add(greedy_stats)
     points = [(mine[k], b) for k, b in enumerate(branch_before_first_miss(tr) for tr in greedy) if b is not None]
     out: dict[int, list[Trajectory]] = {}
     if points:
@@ -208,7 +212,7 @@ def greedy_branches(engine: RolloutEngine, tasks: Sequence[TaskSpec], mine: Sequ
         for tr in conts:
             tr.task_index = points[tr.task_index][0]
             out.setdefault(tr.task_index, []).append(tr)
-    return out, [tr.success for tr in greedy], stats
+    return out, stats
 
 
 def branch_returns(groups: Sequence[Sequence[Trajectory]], gamma: float) -> torch.Tensor:
@@ -413,7 +417,7 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
             seed = rollout_seed(step, round_, rank, world, 1 + refill_rounds)
             rnd = rollout_round(engine, source, more, r.group_size, accelerator, generator=generator, model=unwrapped,
                                 seed=seed, gamma=g.gamma, branch_size=r.branch_size,
-                                branch_seed=cfg.seed * 1_000_003 + seed)
+                                branch_seed=cfg.seed * 1_000_003 + seed, greedy=g.baseline == "greedy")
             source.observe(step, rnd.groups)
             rounds.append(rnd)
 
@@ -429,8 +433,12 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         trajs = [tr for grp in train_groups for tr in grp]
         # the groups' own (discounted) returns, in rollout order: the ones the source observed
         returns = torch.tensor([rounds[round_].groups[i].returns for round_, i in mine_ids], dtype=torch.float32)
-        advantages = [a for rets in (returns, branch_returns(branch_groups, g.gamma)) if rets.numel()
-                      for a in (g.episode_weight * weigh_negatives(group_advantages(rets, g.scale_rewards, g.adv_eps),
+        # grpo.baseline greedy (ReMax): each group against its task's greedy episode; branch groups against their mean
+        baseline = (torch.tensor([rounds[round_].greedy_returns[i] for round_, i in mine_ids], dtype=torch.float32)
+                    if g.baseline == "greedy" else None)
+        advantages = [a for rets, base in ((returns, baseline), (branch_returns(branch_groups, g.gamma), None))
+                      if rets.numel()
+                      for a in (g.episode_weight * weigh_negatives(group_advantages(rets, g.scale_rewards, g.adv_eps, base),
                                                                    g.negative_weight)).view(-1).tolist()]
         if g.action_weight > 0 and train_groups:  # (weighted) episode advantage on every token + the action's own term
             if g.action_grouping == "state":
@@ -553,11 +561,12 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         }
         if masters.scaler is not None:  # fp16: the loss scale, and the updates skipped on overflow so far
             record.update({"loss_scale": masters.loss_scale, "skipped_updates": masters.skipped})
-        if r.branch_size > 0:  # greedy-branch rollouts: the greedy episodes, the failed ones' branch groups
-            record.update({"greedy_episodes": int(tot["greedy_episodes"]), "branch_groups": int(tot["branch_groups"]),
-                           "branch_episodes": int(tot["branch_episodes"]),
-                           # in the training environments and limits (turn_slack, shaping), not the evaluation's
+        if r.branch_size > 0 or g.baseline == "greedy":  # the greedy episodes (branch points, or the baseline)
+            # in the training environments and limits (turn_slack, shaping), not the evaluation's
+            record.update({"greedy_episodes": int(tot["greedy_episodes"]),
                            "train_greedy_success": tot["greedy_successes"] / max(tot["greedy_episodes"], 1.0)})
+        if r.branch_size > 0:  # greedy-branch rollouts: the failed greedy episodes' branch groups
+            record.update({"branch_groups": int(tot["branch_groups"]), "branch_episodes": int(tot["branch_episodes"])})
             if tot["branch_groups"]:  # undefined without branch groups: left out of the record
                 record.update({"branch_success": tot["branch_successes"] / tot["branch_episodes"],
                                "branch_zero_std_frac": tot["branch_zero_std"] / tot["branch_groups"]})
