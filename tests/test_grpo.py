@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rods_gym.trainer.grpo import (Batch, LossSettings, aggregate, clipped_surrogate, group_advantages, grpo_loss,
-                                   k3_kl, make_batch, token_logprobs)
+                                   k3_kl, make_batch, sequence_log_ratio, token_logprobs)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
 
@@ -129,13 +129,14 @@ def test_on_policy_loss_is_minus_mean_advantage_and_gradient_is_policy_gradient(
 
 
 def test_micro_batches_add_up_to_the_full_batch() -> None:
-    for how in ("token", "sequence", "dr_grpo"):
+    for how, importance in (("token", "token"), ("sequence", "token"), ("dr_grpo", "token"), ("sequence", "sequence")):
         model = TinyLM(seed=1)
         b = _batch(model, [0.7, -1.2, 0.4])
-        with torch.no_grad():
-            model.table.add_(0.05)  # off-policy so the clip matters
-        settings = LossSettings(aggregation=how, max_len=6, eps_low=0.01, eps_high=0.01)
-        full, _ = grpo_loss(model, b, settings)
+        with torch.no_grad():  # off-policy so the clip matters (a constant shift would leave the softmax as it was)
+            model.table.add_(0.3 * torch.randn(model.table.shape, generator=torch.Generator().manual_seed(5)))
+        settings = LossSettings(aggregation=how, max_len=6, eps_low=0.01, eps_high=0.01, importance=importance)
+        full, stats = grpo_loss(model, b, settings)
+        assert 0 < stats["clip_low"] + stats["clip_high"] < stats["tokens"], how  # some tokens clipped, not all
         full.backward()
         g_full = model.table.grad.clone()
         model.table.grad = None
@@ -145,8 +146,64 @@ def test_micro_batches_add_up_to_the_full_batch() -> None:
             part, _ = grpo_loss(model, b.select(idx), settings, n_tokens=n_tok, n_seqs=n_seq)
             part.backward()
             parts += part.item()
-        assert parts == pytest.approx(full.item(), abs=1e-6), how
-        assert torch.allclose(model.table.grad, g_full, atol=1e-6), how
+        assert parts == pytest.approx(full.item(), abs=1e-6), (how, importance)
+        assert torch.allclose(model.table.grad, g_full, atol=1e-6), (how, importance)
+
+
+def test_gspo_sequence_log_ratio_by_hand() -> None:
+    logp = torch.tensor([[-1.0, -2.0, -3.0], [-0.5, -0.5, 0.0]], requires_grad=True)
+    old = torch.tensor([[-1.2, -1.6, -9.0], [-0.5, -0.8, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [0.0, 1.0, 0.0]])  # the last column is padding / context
+    lr = sequence_log_ratio(logp, old, mask)
+    # row 0: mean(0.2, -0.4) = -0.1 on every token; row 1: its one generated token's 0.3
+    assert torch.allclose(lr.detach(), torch.tensor([[-0.1] * 3, [0.3] * 3]), atol=1e-6)
+    (lr * torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])).sum().backward()
+    assert torch.equal(logp.grad, torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]))  # each token's own log-prob
+
+
+def test_gspo_clips_whole_rollouts_and_equals_grpo_on_policy() -> None:
+    adv = [1.0, -0.5, 0.25]
+
+    def grads(b: Batch, model: TinyLM, settings: LossSettings) -> tuple[float, torch.Tensor, dict]:
+        model.table.grad = None
+        loss, stats = grpo_loss(model, b, settings)
+        loss.backward()
+        return loss.item(), model.table.grad.clone(), stats
+
+    model = TinyLM(seed=3)
+    b = _batch(model, adv)
+    for how in ("token", "sequence"):  # on-policy every ratio is 1: the same loss and gradient
+        tok = grads(b, model, LossSettings(aggregation=how))
+        seq = grads(b, model, LossSettings(aggregation=how, importance="sequence"))
+        assert seq[0] == pytest.approx(tok[0], abs=1e-6) and torch.allclose(seq[1], tok[1], atol=1e-6), how
+    # rollout 0 (A = 1, two generated tokens) off-policy by +0.6 and -0.2: its sequence ratio exp(0.2) = 1.22
+    # is inside the clip range, so GSPO keeps both tokens' gradient (scaled by 1.22), while the token ratios
+    # 1.82 (clipped, A > 0) and 0.82 (kept) drop one
+    assert int(b.action_mask[0].sum()) == 2
+    shift = torch.zeros_like(b.old_logp)
+    shift[0, b.action_mask[0].bool()] = torch.tensor([0.6, -0.2])
+    b.old_logp = b.old_logp - shift
+    _, g_seq, st_seq = grads(b, model, LossSettings(aggregation="token", importance="sequence"))
+    _, g_tok, st_tok = grads(b, model, LossSettings(aggregation="token"))
+    assert st_tok["clip_high"] == 1 and st_seq["clip_high"] == 0 and not torch.allclose(g_seq, g_tok, atol=1e-4)
+    assert st_seq["ratio"] == pytest.approx(2 * math.exp(0.2) + (st_seq["tokens"] - 2), abs=1e-5)
+
+    def by_hand(rows: list[int]) -> torch.Tensor:  # -(1/n) sum over tokens of s_i A_i grad logp_t, rollouts ``rows``
+        model.table.grad = None
+        lp, _ = token_logprobs(model, b.input_ids, b.attention_mask)
+        m = b.action_mask
+        ratio = torch.exp(((lp - b.old_logp) * m).sum(1) / m.sum(1)).detach()
+        keep = torch.zeros(len(adv))
+        keep[rows] = 1.0
+        (-(keep[:, None] * ratio[:, None] * lp * m * torch.tensor(adv)[:, None]).sum() / m.sum()).backward()
+        return model.table.grad.clone()
+
+    assert torch.allclose(g_seq, by_hand([0, 1, 2]), atol=1e-6)
+    # past eps_high = 0.1 the whole of rollout 0 is clipped: both its tokens counted, neither has a gradient
+    _, g_clip, st = grads(b, model, LossSettings(aggregation="token", importance="sequence", eps_high=0.1))
+    assert st["clip_high"] == 2 and torch.allclose(g_clip, by_hand([1, 2]), atol=1e-6)
+    with pytest.raises(ValueError, match="importance level 'tokens'"):
+        grpo_loss(model, b, LossSettings(importance="tokens"))
 
 
 def test_kl_term_adds_beta_times_mean_k3() -> None:

@@ -478,7 +478,10 @@ def test_advantage_and_loss_options_change_the_update(task_file: Path, warm_poli
     variants = {"state": {"grpo.action_weight": "1.0", "grpo.action_grouping": "state"},
                 "positive": {"grpo.negative_weight": "0.0"}, "discounted": {"grpo.gamma": "0.5"},
                 "step_only": {"grpo.action_weight": "1.0", "grpo.action_grouping": "state", "grpo.episode_weight": "0.0"},
-                "miss_credit": {"grpo.miss_credit": "nonpositive"}}
+                "miss_credit": {"grpo.miss_credit": "nonpositive"},
+                # GSPO's sequence ratio: equal to the token ratios on-policy, so it differs from the second
+                # optimizer step on (tiny_config: 2 epochs x 2 minibatches)
+                "gspo": {"grpo.importance_sampling_level": "sequence"}}
     updated = {}
     for name, overrides in variants.items():
         other, _ = _run(tiny_config(task_file, tmp_path / name, steps="1", **overrides), warm_policy)

@@ -124,6 +124,9 @@ class GRPOConfig:
     aggregation: str = "token"  # token | sequence | dr_grpo (sum / (n_seqs * max completion tokens))
     eps_low: float = 0.2
     eps_high: float = 0.28
+    # the importance ratio: "token" (PPO/GRPO, one per token) or "sequence" (GSPO: one per rollout, the
+    # exp of its tokens' mean log-ratio, clipped as a whole; its paper uses eps 3e-4 / 4e-4 with it)
+    importance_sampling_level: str = "token"
     beta: float = 0.0  # KL (k3) coefficient to the frozen reference policy; 0 disables it
     epochs: int = 1  # inner epochs over each step's rollouts
     minibatches: int = 1  # optimizer steps per epoch
@@ -266,6 +269,7 @@ CHOICES = {
     ("grpo", "action_grouping"): ("group", "state"),
     ("grpo", "miss_credit"): ("episode", "nonpositive"),
     ("grpo", "baseline"): ("group", "greedy"),
+    ("grpo", "importance_sampling_level"): ("token", "sequence"),
     ("policy", "dtype"): ("float32", "bfloat16", "float16"),
     ("policy", "compact_tokens"): ("words", "pieces"),
     ("policy", "architecture"): ("llama", "lfm2"),

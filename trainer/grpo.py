@@ -13,6 +13,12 @@ Aggregation over a batch (``normalizer`` lets micro-batches add up to the full b
 - ``token``: sum over all generated tokens / number of generated tokens (DAPO);
 - ``sequence``: per-sequence token mean, then mean over sequences (the original GRPO);
 - ``dr_grpo``: sum over all generated tokens / (number of sequences * max completion length).
+
+The ratio is per token (``importance="token"``, PPO/GRPO) or per sequence (``importance="sequence"``,
+GSPO, Zheng et al. 2025): ``s_i = exp(mean_t (logp_t - logp_old_t))`` over rollout i's generated tokens,
+the same for every token of the rollout and clipped as a whole, with gradient ``s_i * grad logp_t`` on
+each token (GSPO-token's form, so per-token advantages still apply). A rollout of a multi-turn episode is
+all of its actions' tokens. GSPO's paper clips at eps_low 3e-4, eps_high 4e-4 with sequence aggregation.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from .generation import forward_parameters, no_cache
 
 SCALES = ("group", "none")
 AGGREGATIONS = ("token", "sequence", "dr_grpo")
+IMPORTANCE_LEVELS = ("token", "sequence")
 
 
 def group_advantages(returns: torch.Tensor, scale: str = "group", eps: float = 1e-4,
@@ -146,6 +153,14 @@ def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, advantages: to
     low = (ratio < 1.0 - eps_low) & (advantages < 0)
     high = (ratio > 1.0 + eps_high) & (advantages > 0)
     return loss, low, high
+
+
+def sequence_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """GSPO's log importance ratio on every token: each row's mean of ``logp - old_logp`` over ``mask``
+    (its value on every token of the row), carrying the gradient of the token's own ``logp`` ([B, T])."""
+    m = mask.to(logp.dtype)
+    seq = ((logp - old_logp) * m).sum(dim=1, keepdim=True) / m.sum(dim=1, keepdim=True).clamp(min=1.0)
+    return seq.detach() + logp - logp.detach()
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -275,6 +290,7 @@ class LossSettings:
     aggregation: str = "token"
     temperature: float = 1.0
     max_len: int | None = None  # dr_grpo normalizer
+    importance: str = "token"  # token: PPO's per-token ratio; sequence: GSPO's per-rollout ratio
 
 
 def grpo_loss(model: torch.nn.Module, batch: Batch, settings: LossSettings, *, n_tokens: float | None = None,
@@ -287,7 +303,15 @@ def grpo_loss(model: torch.nn.Module, batch: Batch, settings: LossSettings, *, n
     adv = adv[:, None] if adv.dim() == 1 else adv
     # log-probs are needed only at generated tokens: logits are computed there only (when the model allows)
     logp, entropy = token_logprobs(model, ids, attn, settings.temperature, with_entropy=True, needed=mask)
-    per_token, low, high = clipped_surrogate(logp, old, adv, settings.eps_low, settings.eps_high)
+    if settings.importance == "sequence":  # GSPO: the ratio of the whole rollout on each of its tokens
+        log_ratio = sequence_log_ratio(logp, old, mask)
+        per_token, low, high = clipped_surrogate(log_ratio, torch.zeros_like(log_ratio), adv, settings.eps_low,
+                                                 settings.eps_high)
+    elif settings.importance == "token":
+        log_ratio = logp - old
+        per_token, low, high = clipped_surrogate(logp, old, adv, settings.eps_low, settings.eps_high)
+    else:
+        raise ValueError(f"unknown importance level {settings.importance!r}; choose one of {IMPORTANCE_LEVELS}")
     kl = None
     if settings.beta > 0:
         if batch.ref_logp is None:
@@ -304,6 +328,6 @@ def grpo_loss(model: torch.nn.Module, batch: Batch, settings: LossSettings, *, n
             "entropy": float(entropy[m].sum()) if entropy is not None else 0.0,
             "kl": float(kl[m].sum()) if kl is not None else 0.0,
             "kl_old": float(k3_kl(logp, old)[m].sum()),  # drift from the sampling policy
-            "ratio": float(torch.exp(logp - old)[m].sum()),
+            "ratio": float(torch.exp(log_ratio)[m].sum()),  # the ratio the surrogate used (GSPO: its rollout's)
         }
     return loss, stats

@@ -68,7 +68,8 @@ def grpo_loss_settings(cfg: TrainConfig) -> LossSettings:
     """The GRPO loss's settings: clipping, KL weight and aggregation from ``grpo``, at the rollout temperature."""
     g, r = cfg.grpo, cfg.rollout
     return LossSettings(eps_low=g.eps_low, eps_high=g.eps_high, beta=g.beta, aggregation=g.aggregation,
-                        temperature=r.temperature, max_len=r.max_action_tokens * r.max_turns)
+                        temperature=r.temperature, max_len=r.max_action_tokens * r.max_turns,
+                        importance=g.importance_sampling_level)
 
 
 def eval_settings(cfg: TrainConfig) -> RolloutSettings:
