@@ -441,6 +441,38 @@ def test_action_level_term_trains_on_per_action_rewards(task_file: Path, warm_po
     assert token_advantages(tr, 0.25, [1.0, -1.0], 0.5) == [0.0, 0.75, 0.75, 0.0, -0.25, 0.0]
 
 
+def test_truncated_rollouts_can_leave_the_loss(task_file: Path, warm_policy: Path, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """``grpo.mask_truncated`` (DAPO's overlong filtering): episodes the turn limit cut off train no token and
+    leave the sequence count; the others train as before, and the groups' advantages are unchanged."""
+    from rods_gym.trainer import loop as loop_module
+
+    batches: dict[str, list] = {}
+    real_loss = loop_module.grpo_loss
+
+    def spy(model, batch, settings, *, n_tokens=None, n_seqs=None):
+        batches.setdefault(name, []).append((batch.action_mask.sum(1).tolist(), batch.advantages.tolist(), n_seqs))
+        return real_loss(model, batch, settings, n_tokens=n_tokens, n_seqs=n_seqs)
+
+    monkeypatch.setattr(loop_module, "grpo_loss", spy)
+    runs, records = {}, {}
+    for name, extra in (("plain", {}), ("masked", {"grpo.mask_truncated": "true"})):
+        runs[name], _ = _run(tiny_config(task_file, tmp_path / name, steps="1", **{
+            "rollout.max_turns": "4", "grpo.epochs": "1", "grpo.minibatches": "1", "grpo.aggregation": "sequence",
+            "grpo.micro_batch_size": "64", **extra}), warm_policy)
+        records[name] = read_jsonl(tmp_path / name / "metrics.jsonl")[0]
+    assert records["plain"]["gen_tokens"] == records["masked"]["gen_tokens"]  # the same rollouts
+    assert 0.0 < records["plain"]["truncated"] < 1.0  # some, not all, cut off by max_turns=4
+    (plain_tokens, plain_adv, plain_seqs), = batches["plain"]
+    (masked_tokens, masked_adv, masked_seqs), = batches["masked"]
+    assert masked_adv == plain_adv  # advantages from every rollout's return, truncated or not
+    n_truncated = round(records["plain"]["truncated"] * records["plain"]["rollouts"])
+    assert sum(t == 0 for t in masked_tokens) == n_truncated + sum(t == 0 for t in plain_tokens)
+    assert all(m in (0, p) for m, p in zip(masked_tokens, plain_tokens))
+    assert masked_seqs == plain_seqs - n_truncated
+    assert any(not torch.equal(a, b) for a, b in zip(runs["plain"].model.parameters(), runs["masked"].model.parameters()))
+
+
 def test_missed_actions_never_get_a_positive_advantage() -> None:
     """``grpo.miss_credit: nonpositive``: the tokens of a rejected action, or of one accepted without
     effect, keep a negative advantage and lose a positive one; other actions keep theirs. Without the

@@ -168,6 +168,9 @@ class GRPOConfig:
     # A rollout is reinforced only where it beats what greedy decoding does: on a task greedy decoding
     # solves, no sample is pushed up and failing ones are pushed down, so its greedy path keeps its lead.
     baseline: str = "group"
+    # DAPO's overlong filtering (TRL's mask_truncated_completions): rollouts the turn or context limit cut
+    # off train no token (their returns still count in their groups' advantages)
+    mask_truncated: bool = False
 
 
 @dataclass(frozen=True)

@@ -465,12 +465,16 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         if kept:
             n_null = max(0, g.minibatches - len(trajs))
             null_ids = [policy.pad_id, policy.pad_id]
+            # grpo.mask_truncated (DAPO's overlong filtering): a truncated episode's tokens leave the loss (its
+            # return still counts in its group's advantages), and it leaves the sequence count
+            trains = [not (g.mask_truncated and tr.truncated) for tr in trajs]
             batch = make_batch([tr.transcript.ids for tr in trajs] + [null_ids] * n_null,
-                               [tr.transcript.action_mask for tr in trajs] + [[0, 0]] * n_null,
+                               [tr.transcript.action_mask if on else [0] * len(tr.transcript.ids)
+                                for tr, on in zip(trajs, trains)] + [[0, 0]] * n_null,
                                [tr.transcript.logprobs for tr in trajs] + [[0.0, 0.0]] * n_null,
                                advantages + ([[0.0, 0.0]] * n_null if per_token else [0.0] * n_null),
                                policy.pad_id)
-            real = torch.tensor([1.0] * len(trajs) + [0.0] * n_null)
+            real = torch.tensor([float(on) for on in trains] + [0.0] * n_null)
             update_tokens = float(batch.attention_mask[: len(trajs)].sum()) * g.epochs
             if ref_model is not None:
                 with adapters_off(unwrapped) if ref_model is policy.model else nullcontext():
