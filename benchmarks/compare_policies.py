@@ -18,6 +18,10 @@ With ``--pool NAME`` the OTHER policies are runs of one arm under different trai
 and one more row per figure gives the arm's difference from BASE averaged over its seeds, with a
 two-level percentile bootstrap (seeds resampled, then tasks), so that the interval carries the
 spread between training seeds as well as between tasks (as ``benchmarks/data_efficiency.py`` does).
+
+With ``--show-flips N``, up to N tasks per OTHER policy whose greedy episode succeeds under one policy and
+fails under the other are printed after the table: each policy's greedy transcript, decoded (greedy
+episodes do not depend on the batch, so they are played again for just those tasks).
 """
 
 from __future__ import annotations
@@ -115,6 +119,35 @@ def markdown(rows: Sequence[dict[str, Any]], base: str, n_tasks: int, samples: i
     return "\n".join(lines)
 
 
+def greedy_flips(results: dict[str, dict[str, np.ndarray]], base: str, tasks: Sequence[Any], config: str,
+                 overrides: Sequence[str], limit: int) -> str:
+    """For each policy besides ``base``, up to ``limit`` tasks whose greedy success differs from ``base``'s
+    (its losses first), with both policies' greedy transcripts of them, decoded."""
+    out = []
+    for name, figures in results.items():
+        if name == base:
+            continue
+        diff = figures["greedy_success"] - results[base]["greedy_success"]
+        lost, won = np.flatnonzero(diff < 0).tolist(), np.flatnonzero(diff > 0).tolist()
+        out.append(f"\n### `{name}` against `{base}`: greedy successes lost on {len(lost)} tasks, won on {len(won)}")
+        shown = (lost + won)[:limit]
+        if not shown:
+            continue
+        texts = {}
+        for policy in (base, name):
+            engine = eval_engine(policy, config, 1.0, overrides)
+            trajs, _ = engine.run([tasks[i] for i in shown], 1, greedy=True, seed=0)
+            texts[policy] = [(t.success, engine.policy.tokenizer.decode(t.transcript.ids)) for t in trajs]
+        for k, i in enumerate(shown):
+            task = tasks[i]
+            out.append(f"\n{task.id} ({task.meta.get('stratum', '?')}): "
+                       f"{'lost' if diff[i] < 0 else 'won'} by `{name}`")
+            for policy in (base, name):
+                ok, text = texts[policy][k]
+                out += [f"- `{policy}` ({'success' if ok else 'failure'}):", "", f"    {text}", ""]
+    return "\n".join(out)
+
+
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("policies", nargs="+", help="policy directories; the first is the base")
@@ -127,13 +160,16 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--pool", metavar="NAME", default="",
                     help="the OTHER policies are seeds of one arm called NAME: add its seed-averaged difference "
                          "from BASE with a two-level (seeds, then tasks) bootstrap interval")
+    ap.add_argument("--show-flips", type=int, default=0, metavar="N",
+                    help="print up to N tasks per OTHER policy whose greedy success differs from BASE's, with both "
+                         "greedy transcripts")
     args = ap.parse_intermixed_args(argv)
     if len(args.policies) < 2:
         ap.error("give a base policy and at least one other to compare with it")
     if args.pool and len(set(args.policies)) < len(args.policies):
         ap.error("--pool: a policy is given twice; each training seed's policy once")
-    if args.samples < 0 or args.bootstrap < 1 or args.temperature <= 0 or args.batch_episodes < 0:
-        ap.error("--samples and --batch-episodes must be >= 0, --bootstrap >= 1 and --temperature > 0")
+    if args.samples < 0 or args.bootstrap < 1 or args.temperature <= 0 or args.batch_episodes < 0 or args.show_flips < 0:
+        ap.error("--samples, --batch-episodes and --show-flips must be >= 0, --bootstrap >= 1 and --temperature > 0")
     torch.set_num_threads(args.threads)
     tasks = split_tasks(args)
     results = {p: per_task(p, tasks, args.config, args.samples, args.temperature, args.seed, args.batch_episodes,
@@ -142,6 +178,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     if args.pool:
         rows += pooled(results, args.policies[0], args.pool, args.bootstrap, args.seed)
     print(markdown(rows, args.policies[0], len(tasks), args.samples))
+    if args.show_flips:
+        print(greedy_flips(results, args.policies[0], tasks, args.config, args.set, args.show_flips))
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=2))
     return rows

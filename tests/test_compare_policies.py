@@ -49,6 +49,29 @@ def test_a_policy_against_itself_differs_by_zero_and_another_is_compared_per_tas
         assert r["diff"] == pytest.approx(other[key]["diff"])
 
 
+def test_show_flips_prints_the_tasks_whose_greedy_success_differs_with_both_transcripts(cp, tmp_path: Path,
+                                                                                         capsys) -> None:
+    tasks = easy_seed_tasks()[:6]
+    write_jsonl(tasks, tmp_path / "tasks.jsonl")
+    a = warm_tiny_policy(tmp_path / "a", sft_steps=30)
+    b = warm_tiny_policy(tmp_path / "b", sft_steps=2)
+    capsys.readouterr()
+    cp.main([str(a), str(b), "--split", str(tmp_path / "tasks.jsonl"), "--samples", "0", "--bootstrap", "10",
+             "--show-flips", "2"])
+    out = capsys.readouterr().out
+    results = {p: cp.per_task(p, tasks, "default", 0, 0.7, 0) for p in (a, b)}
+    lost = [t.id for t, x, y in zip(tasks, results[a]["greedy_success"], results[b]["greedy_success"]) if x > y]
+    assert lost  # the 2-step warm start loses some of the 30-step one's successes: the check below has something
+    assert f"greedy successes lost on {len(lost)} tasks, won on 0" in out
+    shown = lost[:2]
+    for task_id in shown:
+        assert f"{task_id} (" in out and "lost by" in out
+    assert out.count("(success):") == len(shown) and out.count("(failure):") == len(shown)  # the replay agrees
+    assert out.count("<act>") >= 2 * len(shown)  # decoded transcripts of both policies
+    with pytest.raises(SystemExit):
+        cp.main([str(a), str(b), "--show-flips", "-1"])
+
+
 def test_batched_episodes_keep_every_task_in_its_place(cp, tmp_path: Path) -> None:
     """--batch-episodes plays the tasks a few at a time: greedy figures are those of one batch, task by
     task, and the sampled ones cover every task (their stream follows the batching)."""
