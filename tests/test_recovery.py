@@ -109,3 +109,68 @@ def test_recovery_needs_a_view_with_slots_and_a_probability() -> None:
     chat = build_tiny_policy(TINY, "chat")
     with pytest.raises(ValueError, match="compact view"):
         make_demonstrations(chat, [], "rods/ToolChain-Chat-v0", recovery=0.5)
+
+
+def _withheld_tool_tasks(n: int) -> list:
+    """The first ``n`` test tasks with a withheld tool (enabled once the agent says it cannot proceed)."""
+    from rods_gym.trainer.tasks import load_tasks
+
+    tasks = [t for t in load_tasks("test", load_config("default").data) if t.meta.get("stratum") == "missing_tool"]
+    assert len(tasks) >= n
+    return tasks[:n]
+
+
+def test_the_deferring_oracle_calls_what_it_can_before_saying_a_tool_is_missing() -> None:
+    import gymnasium as gym
+
+    from rods_gym.oracle import oracle_action
+
+    env = gym.make(ENV)
+    later = 0
+    for i, task in enumerate(_withheld_tool_tasks(40)):
+        actions = {}
+        for defer in (False, True):
+            env.reset(seed=i, options={"task": task})
+            taken = []
+            for _ in range(64):
+                text = env.unwrapped.encode(oracle_action(env.unwrapped.episode, defer_unlock=defer))
+                taken.append(text)
+                _, _, terminated, truncated, info = env.step(text)
+                if terminated or truncated:
+                    break
+            assert info["success"], (task.id, defer, taken)  # both orders solve the task
+            actions[defer] = taken
+        plain, deferred = actions[False], actions[True]
+        assert plain[0].startswith("reply") and len(deferred) == len(plain)  # as short, in another order
+        # the same calls (their slot ids follow the order values appeared in, so only the tools are compared)
+        assert sorted(a.split()[1] for a in deferred if a.startswith("call")) == \
+            sorted(a.split()[1] for a in plain if a.startswith("call"))
+        said = deferred.index(next(a for a in deferred if a.startswith("reply")))
+        locked = set(task.turns[0].locked)
+        # every call before the reply uses an available tool, and the call after it a withheld one
+        assert all(a.split()[1] not in locked for a in deferred[:said]) and deferred[said + 1].split()[1] in locked
+        later += said > 0
+    assert later >= 10  # in many of them some call comes first (in the others the chain starts at the withheld tool)
+
+
+def test_deferred_demonstrations_are_drawn_per_task_from_the_seed() -> None:
+    policy = build_tiny_policy(TINY, "compact")
+    tasks = _withheld_tool_tasks(12)
+    tok = policy.tokenizer
+
+    def first_actions(demos) -> list[str]:
+        return [tok.decode(d.transcript.ids).split("<act>")[1].split()[0] for d in demos]
+
+    plain = make_demonstrations(policy, tasks, ENV)
+    assert first_actions(plain) == ["reply"] * len(tasks)
+    always = make_demonstrations(policy, tasks, ENV, defer_unlock=1.0)
+    assert all(d.success for d in always) and "call" in first_actions(always)
+    half = make_demonstrations(policy, tasks, ENV, defer_unlock=0.5, seed=3)
+    again = make_demonstrations(policy, tasks, ENV, defer_unlock=0.5, seed=3)
+    assert [d.transcript.ids for d in half] == [d.transcript.ids for d in again]
+    mixed = [h.transcript.ids == p.transcript.ids for h, p in zip(half, plain)]
+    assert any(mixed) and not all(mixed)  # some demonstrations deferred, some not
+    with pytest.raises(ValueError, match="defer_unlock must be a probability"):
+        make_demonstrations(policy, tasks, ENV, defer_unlock=1.5)
+    with pytest.raises(ValueError, match="sft.defer_unlock"):
+        load_config(None, ["sft.defer_unlock=2"])

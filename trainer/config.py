@@ -187,6 +187,11 @@ class SFTConfig:
     # oracle's call (trainer/recovery.py). Oracle episodes alone never show a rejected call, so the
     # policy never learns what to do after one. Needs the compact view (value slots)
     recovery: float = 0.0
+    # chance per demonstration that, in a task with a withheld tool, the oracle first makes every call the
+    # available tools allow and says it cannot proceed only when the rest needs the withheld tool
+    # (oracle_action's defer_unlock) instead of saying so at once: the same length, another order, so
+    # the policy also sees a tool enabled after other calls
+    defer_unlock: float = 0.0
     # imitate only tasks whose dependency depth is at most this (0: all depths). Demonstrations of
     # short call chains are the cheap ones; deeper tasks are then learned from reward alone (GRPO)
     max_depth: int = 0
@@ -335,6 +340,8 @@ def check_config(cfg: TrainConfig) -> None:
         raise ValueError("config rollout.error_classes is set but rollout.error_penalty is 0: nothing would be paid")
     if not 0.0 <= cfg.sft.recovery <= 1.0:
         raise ValueError(f"config sft.recovery must be a probability in [0, 1], got {cfg.sft.recovery}")
+    if not 0.0 <= cfg.sft.defer_unlock <= 1.0:
+        raise ValueError(f"config sft.defer_unlock must be a probability in [0, 1], got {cfg.sft.defer_unlock}")
     if cfg.grpo.sft_weight < 0 or cfg.grpo.sft_batch < 1:
         raise ValueError("config grpo.sft_weight must be >= 0 and grpo.sft_batch >= 1")
     if cfg.grpo.sft_weight > 0 and not cfg.sft.enabled:

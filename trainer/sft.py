@@ -47,9 +47,12 @@ class Demo:
     success: bool
 
 
+DEFER_STREAM = 1  # the third key of a demonstration's defer_unlock draw (its slips' generator has two)
+
+
 def make_demonstrations(policy: Policy, tasks: Sequence[TaskSpec], env_id: str,
                         env_kwargs: Mapping[str, Any] | None = None, *, recovery: float = 0.0,
-                        seed: int = 0, progress_bar: bool = False) -> list[Demo]:
+                        defer_unlock: float = 0.0, seed: int = 0, progress_bar: bool = False) -> list[Demo]:
     """The oracle's episode of every task, as token ids with the agent's tokens marked.
 
     ``recovery``: the chance, per oracle tool call, that a slip is drawn (``recovery.slipped_call``);
@@ -58,7 +61,13 @@ def make_demonstrations(policy: Policy, tasks: Sequence[TaskSpec], env_id: str,
     the episode without it, and no slip is drawn when the episode's step limit has no room for
     one besides the oracle's remaining actions, so every demonstration still ends where the
     oracle's does. Slips are drawn from ``numpy.random.default_rng([seed, task index])``.
+
+    ``defer_unlock``: the chance, per demonstration, that the oracle defers saying a withheld tool is
+    missing until the calls the available tools allow are made (``oracle_action(defer_unlock=True)``),
+    drawn from ``numpy.random.default_rng([seed, task index, DEFER_STREAM])``.
     """
+    if not 0.0 <= defer_unlock <= 1.0:
+        raise ValueError(f"defer_unlock must be a probability in [0, 1], got {defer_unlock}")
     if not 0.0 <= recovery <= 1.0:
         raise ValueError(f"recovery must be a probability in [0, 1], got {recovery}")
     codec = ChatCodec(policy)
@@ -69,6 +78,7 @@ def make_demonstrations(policy: Policy, tasks: Sequence[TaskSpec], env_id: str,
     demos = []
     for i, task in enumerate(tqdm(tasks, desc="demonstrations", disable=not progress_bar, dynamic_ncols=True)):
         rng = np.random.default_rng([seed, i])
+        defer = defer_unlock > 0 and np.random.default_rng([seed, i, DEFER_STREAM]).random() < defer_unlock
         plan = _oracle_length(env, i, task) if recovery > 0 else 0
         obs, info = env.reset(seed=i, options={"task": task})
         messages, tools = conversation_start(env, obs)
@@ -76,7 +86,7 @@ def make_demonstrations(policy: Policy, tasks: Sequence[TaskSpec], env_id: str,
         taken: list[Any] = []  # every action stepped so far, slips included (to replay the episode)
         for done in range(MAX_DEMO_STEPS):
             ep = env.unwrapped.episode
-            truth = oracle_action(ep)
+            truth = oracle_action(ep, defer_unlock=defer)
             room = ep.max_steps - ep.steps > plan - done  # a slip besides the oracle's remaining actions
             if isinstance(truth, ToolCall) and room and recovery > 0 and rng.random() < recovery:
                 slip = slipped_call(truth, env.unwrapped.renderer.slots.values, rng)
@@ -157,7 +167,8 @@ def demonstrations(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], 
     ``rollout.max_context`` left out with a warning: the policy never acts past that length in a rollout,
     and a model with learned positions (GPT-2's 1,024) cannot take a longer sequence at all."""
     demos = make_demonstrations(policy, demonstration_tasks(cfg, seeds, env_mode(cfg.data.env_id)), cfg.data.env_id,
-                                env_kwargs(cfg), recovery=cfg.sft.recovery, seed=cfg.seed, progress_bar=progress_bar)
+                                env_kwargs(cfg), recovery=cfg.sft.recovery, defer_unlock=cfg.sft.defer_unlock,
+                                seed=cfg.seed, progress_bar=progress_bar)
     limit = cfg.rollout.max_context
     fit = [d for d in demos if len(d.transcript.ids) <= limit]
     if len(fit) < len(demos):
