@@ -305,13 +305,12 @@ def grpo_loss(model: torch.nn.Module, batch: Batch, settings: LossSettings, *, n
     logp, entropy = token_logprobs(model, ids, attn, settings.temperature, with_entropy=True, needed=mask)
     if settings.importance == "sequence":  # GSPO: the ratio of the whole rollout on each of its tokens
         log_ratio = sequence_log_ratio(logp, old, mask)
-        per_token, low, high = clipped_surrogate(log_ratio, torch.zeros_like(log_ratio), adv, settings.eps_low,
-                                                 settings.eps_high)
     elif settings.importance == "token":
         log_ratio = logp - old
-        per_token, low, high = clipped_surrogate(logp, old, adv, settings.eps_low, settings.eps_high)
     else:
         raise ValueError(f"unknown importance level {settings.importance!r}; choose one of {IMPORTANCE_LEVELS}")
+    per_token, low, high = clipped_surrogate(log_ratio, torch.zeros_like(log_ratio), adv, settings.eps_low,
+                                             settings.eps_high)
     kl = None
     if settings.beta > 0:
         if batch.ref_logp is None:

@@ -34,8 +34,7 @@ class MasterWeights:
     low-precision one. Build the optimizer over :attr:`tensors`, backpropagate ``scale(loss)``, and call
     :meth:`step` instead of ``optimizer.step()`` once the parameters' gradients are ready."""
 
-    def __init__(self, params: Iterable[torch.nn.Parameter], *, scale_loss: bool | None = None,
-                 init_scale: float | None = None, growth_interval: int = 2000) -> None:
+    def __init__(self, params: Iterable[torch.nn.Parameter], *, scale_loss: bool | None = None) -> None:
         """``scale_loss``: whether the backward passes run in fp16 and the loss must be scaled; None: when
         some of ``params`` is fp16. Pass it for a model whose frozen part is fp16 while what trains is
         fp32 (LoRA adapters on an fp16 base): its gradients flow through fp16 layers all the same."""
@@ -45,10 +44,8 @@ class MasterWeights:
         if scale_loss is None:
             scale_loss = any(p.dtype == torch.float16 for p in self.params)
         device = self.params[0].device.type if self.params else "cpu"
-        # dynamic loss scaling for fp16 (torch's GradScaler: x2 after growth_interval clean steps, /2 on overflow)
-        self.scaler = (torch.amp.GradScaler(device, init_scale=INITIAL_LOSS_SCALE if init_scale is None else init_scale,
-                                            growth_interval=growth_interval)
-                       if scale_loss else None)
+        # dynamic loss scaling for fp16 (torch's GradScaler: x2 after 2,000 clean steps, /2 on overflow)
+        self.scaler = torch.amp.GradScaler(device, init_scale=INITIAL_LOSS_SCALE) if scale_loss else None
         self.skipped = 0  # fp16 steps skipped because their gradients overflowed
 
     @property
