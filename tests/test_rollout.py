@@ -147,6 +147,19 @@ def test_batched_generation_equals_one_at_a_time(compact_policy) -> None:
         assert max(abs(x - y) for x, y in zip(alone.logprobs, b.logprobs)) < 1e-4
     with pytest.raises(ValueError, match="Generator"):
         generate_actions(compact_policy.model, prompts, **kw)
+    # greedy per row: the flagged rows decode as greedy ones do, the others sample; log-probs at the temperature
+    hot = dict(kw, temperature=2.0)
+    sampled = generate_actions(compact_policy.model, prompts, generator=torch.Generator().manual_seed(1), **hot)
+    mixed = generate_actions(compact_policy.model, prompts, generator=torch.Generator().manual_seed(1),
+                             greedy=[True, False, True], **hot)
+    cold = generate_actions(compact_policy.model, prompts, greedy=True, **hot)
+    assert [mixed[0].ids, mixed[2].ids] == [cold[0].ids, cold[2].ids] and mixed[0].logprobs == cold[0].logprobs
+    assert mixed[1].ids == sampled[1].ids  # the generator draws for every row, so the sampled row is unchanged
+    assert any(s.ids != c.ids for s, c in zip(sampled, cold))  # at T=2 sampling leaves the greedy path
+    assert [m.ids for m in generate_actions(compact_policy.model, prompts, greedy=[True] * 3, **kw)] == \
+        [b.ids for b in batched]  # all flagged: no generator needed
+    with pytest.raises(ValueError, match="3 rows"):
+        generate_actions(compact_policy.model, prompts, greedy=[True], **kw)
 
 
 def test_demonstrations_tokenize_like_rollouts(compact_policy, easy_tasks) -> None:

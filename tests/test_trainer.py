@@ -878,6 +878,85 @@ def test_greedy_branches_retry_the_first_miss(task_file: Path, warm_policy: Path
         {k: v for k, v in rec[2].items() if k not in TIMING_METRICS}
 
 
+def test_greedy_continuation_branches_measure_the_greedy_policy(task_file: Path, warm_policy: Path,
+                                                               tmp_path: Path) -> None:
+    """``rollout.branch_continuation: greedy``: a branch episode samples only the action at the branch
+    point and decodes greedily after it, only that action trains, and the group starts with the fully
+    greedy episode from the branch point; ``rollout.branch_successes`` also branches greedy successes;
+    ``grpo.train_start_groups=false`` trains the branch groups alone."""
+    from rods_gym.trainer.loop import rollout_round, rollout_settings, source_env_id, source_env_kwargs
+    from rods_gym.trainer.rollout import RolloutEngine, branch_before_first_miss
+
+    with pytest.raises(ValueError, match="rollout.branch_continuation"):
+        load_config(None, ["rollout.branch_continuation=beam"])
+    with pytest.raises(ValueError, match="train_start_groups=false.*branch_size is 0"):
+        load_config(None, ["grpo.train_start_groups=false"])
+
+    cfg = tiny_config(task_file, tmp_path / "round", **{"rollout.temperature": "1.5"})
+    policy = load_policy(warm_policy)
+    source = FixedSeeds(seed_tasks(), seed=0)
+    engine = RolloutEngine(policy, source_env_id(source, cfg), rollout_settings(cfg), source_env_kwargs(source, cfg))
+    held_out = TaskSampler(default_suite(), DIFFICULTIES["easy"], seed=6).sample_many(6)
+    tasks = seed_tasks()[:2] + held_out[3:6]  # the warm start solves the first, misses the others (one after a call)
+
+    def one_round(**kw):
+        return rollout_round(engine, source, tasks, 3, Accelerator(cpu=True), generator=torch.Generator().manual_seed(0),
+                             model=policy.model, seed=0, branch_size=4, branch_continuation="greedy", **kw)
+
+    rnd = one_round()
+    greedy, _ = engine.run(tasks, 1, greedy=True, seed=50_000)
+    assert sorted(rnd.branches) == [i for i, t in enumerate(greedy) if branch_before_first_miss(t) is not None]
+    assert rnd.branches
+    for i, grp in rnd.branches.items():
+        point = branch_before_first_miss(greedy[i])
+        k = len(point.actions)
+        assert len(grp) == 5 and all(t.prefix == point and t.trained_actions == 1 for t in grp)
+        # the first is the greedy decision itself: it goes on exactly as the greedy episode did
+        assert grp[0].rewards == greedy[i].rewards[k:] and grp[0].transcript.ids == greedy[i].transcript.ids
+        for t in grp:
+            mask = t.trained_mask()  # only the action at the branch point trains
+            start, end = t.action_spans[0]
+            assert sum(mask) == end - start == sum(t.transcript.action_mask[start:end]) and mask[start:end] == [1] * (end - start)
+            assert sum(t.transcript.action_mask) >= sum(mask)
+        # a sampled first action equal to the greedy one goes on exactly as the greedy episode: after the branch
+        # action, every episode decodes greedily
+        for t in grp[1:]:
+            same_first = t.transcript.ids[t.action_spans[0][0]:t.action_spans[0][1]] == \
+                grp[0].transcript.ids[grp[0].action_spans[0][0]:grp[0].action_spans[0][1]]
+            if same_first:
+                assert t.transcript.ids == grp[0].transcript.ids and t.rewards == grp[0].rewards
+    # at T=1.5 some sampled branch action differs from the greedy one and leads elsewhere
+    assert any(t.transcript.ids != grp[0].transcript.ids for grp in rnd.branches.values() for t in grp[1:])
+
+    # rollout.branch_successes: every greedy episode that succeeded is branched too, before one of its actions
+    both = one_round(branch_successes=True)
+    wins = [i for i, t in enumerate(greedy) if t.success]
+    assert wins and sorted(both.branches) == sorted(set(rnd.branches) | set(wins))
+    for i in wins:
+        grp = both.branches[i]
+        assert len(grp) == 5 and grp[0].success and len(grp[0].prefix.actions) < greedy[i].turns
+
+    # the loop: with train_start_groups=false only the branch groups' first actions train (fewer update tokens,
+    # another update), and the run is deterministic
+    loop_tasks = TaskSampler(default_suite(), DIFFICULTIES["easy"], seed=7).sample_many(6)
+
+    def run(name: str, **extra: str):
+        cfg = tiny_config(task_file, tmp_path / name, steps="1", **{"rollout.branch_size": "4",
+                                                                    "rollout.branch_continuation": "greedy", **extra})
+        policy = load_policy(warm_policy)
+        grpo_train(cfg, policy, loop_tasks, run_dir=cfg.run_dir, accelerator=Accelerator(cpu=True))
+        return policy, read_jsonl(tmp_path / name / "metrics.jsonl")[0]
+
+    (with_start, rec_start), (alone, rec_alone), (again, _) = (
+        run("start"), run("alone", **{"grpo.train_start_groups": "false"}),
+        run("again", **{"grpo.train_start_groups": "false"}))
+    assert rec_alone["branch_groups"] == rec_start["branch_groups"] >= 1
+    assert rec_alone["branch_episodes"] == 5 * rec_alone["branch_groups"]
+    assert 0 < rec_alone["trained_tokens"] < rec_start["trained_tokens"]
+    assert any(not torch.equal(a, b) for a, b in zip(with_start.model.parameters(), alone.model.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(alone.model.parameters(), again.model.parameters()))
+
+
 def test_rods_sft_reports_the_jobs_evaluation_and_train_resume_reuses_it(tmp_path: Path, capsys,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """rods sft evaluates its policy as the job does before GRPO (greedy plus eval.samples sampled

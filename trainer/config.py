@@ -110,6 +110,14 @@ class RolloutConfig:
     # actions tried at exactly the decision greedy decoding gets wrong. The task source observes
     # only the group_size episodes from the start. 0: off (>= 2 otherwise)
     branch_size: int = 0
+    # how branch episodes go on after the branch point: "sampled" (at temperature, every action trains) or
+    # "greedy" (only the action at the branch point is sampled and trains; greedy decoding finishes the
+    # episode, so its return is the greedy policy's return after that action, without sampling noise, and
+    # one fully greedy episode from the branch point joins the group: policy improvement of the greedy policy)
+    branch_continuation: str = "sampled"
+    # also branch each successful greedy episode, before one of its actions drawn uniformly: the update then
+    # sees which actions keep greedy successes, not only which repair failures
+    branch_successes: bool = False
 
 
 @dataclass(frozen=True)
@@ -171,6 +179,9 @@ class GRPOConfig:
     # DAPO's overlong filtering (TRL's mask_truncated_completions): rollouts the turn or context limit cut
     # off train no token (their returns still count in their groups' advantages)
     mask_truncated: bool = False
+    # train on the groups played from the task's start (GRPO). false: only the branch groups
+    # (rollout.branch_size) train; the start groups still feed the task source (what RODS observes)
+    train_start_groups: bool = True
 
 
 @dataclass(frozen=True)
@@ -278,6 +289,7 @@ CHOICES = {
     ("grpo", "miss_credit"): ("episode", "nonpositive"),
     ("grpo", "baseline"): ("group", "greedy"),
     ("grpo", "importance_sampling_level"): ("token", "sequence"),
+    ("rollout", "branch_continuation"): ("sampled", "greedy"),
     ("policy", "dtype"): ("float32", "bfloat16", "float16"),
     ("policy", "compact_tokens"): ("words", "pieces"),
     ("policy", "architecture"): ("llama", "lfm2"),
@@ -385,6 +397,9 @@ def check_config(cfg: TrainConfig) -> None:
     if cfg.rollout.branch_size < 0 or cfg.rollout.branch_size == 1:
         raise ValueError(f"config rollout.branch_size must be 0 (off) or >= 2 (a branch group's advantages compare "
                          f"its episodes), got {cfg.rollout.branch_size}")
+    if not cfg.grpo.train_start_groups and cfg.rollout.branch_size == 0:
+        raise ValueError("config grpo.train_start_groups=false trains only branch groups, but rollout.branch_size is 0 "
+                         "(no branches): nothing would train")
     if cfg.seed < 0 or cfg.sft.data_seed < 0:
         raise ValueError(f"config seed and sft.data_seed must be >= 0 (they seed numpy generators), got "
                          f"{cfg.seed} and {cfg.sft.data_seed}")

@@ -174,10 +174,18 @@ class DecodeSession:
 
     @torch.no_grad()
     def sample(self, *, stop_ids: Sequence[int], max_new_tokens: int, temperature: float = 1.0,
-               generator: torch.Generator | None = None, greedy: bool = False) -> list[Generated]:
-        """One action per row. The last sampled id of each row stays pending until the next ``extend``."""
+               generator: torch.Generator | None = None, greedy: bool | Sequence[bool] = False) -> list[Generated]:
+        """One action per row. The last sampled id of each row stays pending until the next ``extend``.
+        ``greedy``: for every row, or per row (the others sample; every row's log-probs are at ``temperature``)."""
         if self.logits is None:
             raise RuntimeError("call extend() before sample()")
+        per_row = None
+        if not isinstance(greedy, bool):
+            if len(greedy) != self.rows:
+                raise ValueError(f"greedy: {len(greedy)} flags for {self.rows} rows")
+            per_row = torch.as_tensor(list(greedy), dtype=torch.bool, device=self.device)
+            greedy = bool(per_row.all())
+            per_row = None if greedy or not per_row.any() else per_row
         if not greedy and generator is None:
             raise ValueError("sampling needs an explicit torch.Generator (no global RNG)")
         stops = torch.as_tensor(sorted(set(stop_ids)), dtype=torch.long, device=self.device)
@@ -187,6 +195,8 @@ class DecodeSession:
         for t in range(max_new_tokens):
             logp = torch.log_softmax(self.logits.float() / temperature, dim=-1)
             tok = logp.argmax(dim=-1) if greedy else torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)
+            if per_row is not None:
+                tok = torch.where(per_row, logp.argmax(dim=-1), tok)
             tok_lp = logp.gather(1, tok[:, None]).squeeze(1)
             finished = torch.isin(tok, stops)
             toks, lps, fins = tok.tolist(), tok_lp.tolist(), finished.tolist()  # one copy per step, not per row

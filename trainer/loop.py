@@ -42,7 +42,8 @@ from .lora import adapters_off, add_adapters, is_adapted, load_adapter
 from .master_weights import MasterWeights, runs_in_fp16
 from .metrics import MetricsLogger, memory_mb
 from .policy import Policy, enable_gradient_checkpointing, load_policy, save_policy
-from .rollout import RolloutEngine, RolloutSettings, RolloutStats, Trajectory, branch_before_first_miss, misses
+from .rollout import (RolloutEngine, RolloutSettings, RolloutStats, Trajectory, branch_at_drawn_action,
+                      branch_before_first_miss, misses)
 from .sft import Demo, advance_schedule, demonstrations, sft_batch_loss
 from .sources import make_source, source_env_options
 from .task_source import GroupResult, TaskSource
@@ -152,14 +153,15 @@ def rollout_seed(step: int, round_: int, rank: int, world: int, rounds_per_step:
 
 def rollout_round(engine: RolloutEngine, source: TaskSource, tasks: Sequence[TaskSpec], group_size: int,
                   accelerator: Accelerator, *, generator: torch.Generator, model: Any, seed: int,
-                  gamma: float = 1.0, branch_size: int = 0, branch_seed: int = 0, greedy: bool = False) -> RolloutRound:
+                  gamma: float = 1.0, branch_size: int = 0, branch_seed: int = 0, greedy: bool = False,
+                  branch_continuation: str = "sampled", branch_successes: bool = False) -> RolloutRound:
     """``group_size`` rollouts of every task; process ``rank`` runs tasks ``rank, rank + world, ...``
     and the summaries are gathered so every process builds the same groups. A group's returns are
     discounted by ``gamma`` (``grpo.gamma``): the curriculum sees the returns the advantages use.
     With ``greedy`` or ``branch_size`` > 0, also one greedy episode of each task (its return for
     ``grpo.baseline: greedy``), and with ``branch_size`` > 0 the greedy-branch episodes of those that
-    failed (``greedy_branches``, sampled from a generator seeded with ``branch_seed``), kept on the
-    process that ran them."""
+    failed (``greedy_branches``, sampled from a generator seeded with ``branch_seed``; with
+    ``branch_successes`` also of those that succeeded), kept on the process that ran them."""
     rank, world = accelerator.process_index, accelerator.num_processes
     options = [source_env_options(source, t) for t in tasks]
     mine = list(range(rank, len(tasks), world))
@@ -192,32 +194,45 @@ def rollout_round(engine: RolloutEngine, source: TaskSource, tasks: Sequence[Tas
         if branch_size > 0:
             branch_gen = torch.Generator(device=generator.device).manual_seed(branch_seed)
             rnd.branches, branch_stats = greedy_branches(engine, mine, runs, branch_size, generator=branch_gen,
-                                                         model=model)
+                                                         model=model, continuation=branch_continuation,
+                                                         successes=branch_successes)
             stats.add(branch_stats)
     return rnd
 
 
 def greedy_branches(engine: RolloutEngine, mine: Sequence[int], greedy: Sequence[Trajectory], branch_size: int, *,
-                    generator: torch.Generator, model: Any) -> tuple[dict[int, list[Trajectory]], RolloutStats]:
+                    generator: torch.Generator, model: Any, continuation: str = "sampled",
+                    successes: bool = False) -> tuple[dict[int, list[Trajectory]], RolloutStats]:
     """``branch_size`` episodes sampled with ``generator`` from the state before the first miss of each
     failed greedy episode (``greedy[k]``, of task index ``mine[k]``; ``branch_before_first_miss``: they
-    reset with their greedy episode's seed). Returns task index -> its branch episodes, and their time
-    and tokens."""
+    reset with their greedy episode's seed); with ``successes``, also from before an action of each
+    successful one, drawn with ``generator``. ``continuation`` "greedy": each branch episode samples
+    only its first action and decodes greedily after it, and the group starts with one fully greedy
+    episode from the branch point (``rollout.branch_continuation``). Returns task index -> its branch
+    episodes, and their time and tokens."""
     stats = RolloutStats()
-    points = [(mine[k], b) for k, b in enumerate(branch_before_first_miss(tr) for tr in greedy) if b is not None]
+    then_greedy = continuation == "greedy"
+    found = [branch_at_drawn_action(tr, generator) if successes and tr.success else branch_before_first_miss(tr)
+             for tr in greedy]
+    points = [(mine[k], b) for k, b in enumerate(found) if b is not None]
     out: dict[int, list[Trajectory]] = {}
     if points:
-        conts, branch_stats = engine.run([b.task for _, b in points], branch_size, generator=generator,
-                                         branches=[b for _, b in points], model=model)
-        stats.add(branch_stats)
-        for tr in conts:
-            tr.task_index = points[tr.task_index][0]
-            out.setdefault(tr.task_index, []).append(tr)
+        tasks, branches = [b.task for _, b in points], [b for _, b in points]
+        runs = []
+        if then_greedy:  # the greedy decision itself, as the group's first episode
+            runs.append(engine.run(tasks, 1, greedy=True, branches=branches, model=model, then_greedy=True))
+        runs.append(engine.run(tasks, branch_size, generator=generator, branches=branches, model=model,
+                               then_greedy=then_greedy))
+        for conts, run_stats in runs:
+            stats.add(run_stats)
+            for tr in conts:
+                tr.task_index = points[tr.task_index][0]
+                out.setdefault(tr.task_index, []).append(tr)
     return out, stats
 
 
 def branch_returns(groups: Sequence[Sequence[Trajectory]], gamma: float) -> torch.Tensor:
-    """[n_groups, branch_size] discounted returns of branch groups (their actions after the branch point)."""
+    """[n_groups, episodes] discounted returns of branch groups (their actions after the branch point)."""
     return torch.tensor([[discounted_return(t.rewards, gamma) for t in grp] for grp in groups], dtype=torch.float32)
 
 
@@ -418,7 +433,8 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
             seed = rollout_seed(step, round_, rank, world, 1 + refill_rounds)
             rnd = rollout_round(engine, source, more, r.group_size, accelerator, generator=generator, model=unwrapped,
                                 seed=seed, gamma=g.gamma, branch_size=r.branch_size,
-                                branch_seed=cfg.seed * 1_000_003 + seed, greedy=g.baseline == "greedy")
+                                branch_seed=cfg.seed * 1_000_003 + seed, greedy=g.baseline == "greedy",
+                                branch_continuation=r.branch_continuation, branch_successes=r.branch_successes)
             source.observe(step, rnd.groups)
             rounds.append(rnd)
 
@@ -427,15 +443,15 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         every = [(round_, i) for round_, rnd in enumerate(rounds) for i in range(len(rnd.groups))]
         kept = select_groups(source, rounds) if dynamic else list(range(len(every)))
         mine_ids = [(round_, i) for round_, i in (every[j] for j in kept) if i % world == rank]
-        mine_kept = [rounds[round_].local[i] for round_, i in mine_ids]
         # the kept tasks' greedy-branch groups (rollout.branch_size), each its own advantage group
         branch_groups = [rounds[round_].branches[i] for round_, i in mine_ids if i in rounds[round_].branches]
-        train_groups = mine_kept + branch_groups
+        start_ids = mine_ids if g.train_start_groups else []  # grpo.train_start_groups=false: branch groups only
+        train_groups = [rounds[round_].local[i] for round_, i in start_ids] + branch_groups
         trajs = [tr for grp in train_groups for tr in grp]
         # the groups' own (discounted) returns, in rollout order: the ones the source observed
-        returns = torch.tensor([rounds[round_].groups[i].returns for round_, i in mine_ids], dtype=torch.float32)
+        returns = torch.tensor([rounds[round_].groups[i].returns for round_, i in start_ids], dtype=torch.float32)
         # grpo.baseline greedy (ReMax): each group against its task's greedy episode; branch groups against their mean
-        baseline = (torch.tensor([rounds[round_].greedy_returns[i] for round_, i in mine_ids], dtype=torch.float32)
+        baseline = (torch.tensor([rounds[round_].greedy_returns[i] for round_, i in start_ids], dtype=torch.float32)
                     if g.baseline == "greedy" else None)
         advantages = [a for rets, base in ((returns, baseline), (branch_returns(branch_groups, g.gamma), None))
                       if rets.numel()
@@ -469,7 +485,7 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
             # return still counts in its group's advantages), and it leaves the sequence count
             trains = [not (g.mask_truncated and tr.truncated) for tr in trajs]
             batch = make_batch([tr.transcript.ids for tr in trajs] + [null_ids] * n_null,
-                               [tr.transcript.action_mask if on else [0] * len(tr.transcript.ids)
+                               [tr.trained_mask() if on else [0] * len(tr.transcript.ids)
                                 for tr, on in zip(trajs, trains)] + [[0, 0]] * n_null,
                                [tr.transcript.logprobs for tr in trajs] + [[0.0, 0.0]] * n_null,
                                advantages + ([[0.0, 0.0]] * n_null if per_token else [0.0] * n_null),
@@ -553,6 +569,7 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
             "clip_frac": (tot["clip_low"] + tot["clip_high"]) / ntok, "clip_low": tot["clip_low"] / ntok,
             "clip_high": tot["clip_high"] / ntok, "entropy": tot["entropy"] / ntok, "ratio": tot["ratio"] / ntok,
             "gen_tokens": int(tot["gen_tokens"]),
+            "trained_tokens": int(tot["tokens"]),  # the generated tokens the loss covered, over all inner epochs
             "rollout_tokens_per_s": tot["gen_tokens"] / max(tot["gen_time"] / world, 1e-9),
             "update_tokens_per_s": tot["update_tokens"] / max(t2 - t1, 1e-9),
             "tokens_per_s": (tot["gen_tokens"] + tot["update_tokens"]) / max(t2 - t0, 1e-9),

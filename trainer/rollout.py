@@ -63,6 +63,9 @@ class Trajectory:
     effects: list[str] = field(default_factory=list)  # what each action did (the env's info["effect"], "" if none)
     reset_seed: int = 0  # the seed the episode's environment was reset with
     prefix: "Branch | None" = None  # the replayed start of a branch episode (its actions are context, not trained)
+    # how many of its first actions train (None: all). A greedy-continuation branch episode trains only the
+    # action taken at the branch point; the greedy actions after it only measure where that action leads
+    trained_actions: int | None = None
 
     @property
     def errors(self) -> int:
@@ -82,6 +85,14 @@ class Trajectory:
     @property
     def n_generated(self) -> int:
         return sum(self.transcript.action_mask)
+
+    def trained_mask(self) -> list[int]:
+        """The transcript's action mask, limited to the actions that train (``trained_actions``)."""
+        mask = self.transcript.action_mask
+        if self.trained_actions is None or self.trained_actions >= len(self.action_spans):
+            return list(mask)
+        end = self.action_spans[self.trained_actions][0]
+        return list(mask[:end]) + [0] * (len(mask) - end)
 
 
 @dataclass(frozen=True)
@@ -151,6 +162,15 @@ def branch_before_first_miss(tr: "Trajectory") -> Branch | None:
         return None
     k = first_miss(tr)
     return None if k is None else branch_before_action(tr, k)
+
+
+def branch_at_drawn_action(tr: "Trajectory", generator: torch.Generator) -> Branch | None:
+    """The state before one of ``tr``'s actions, drawn uniformly with ``generator``: where a successful
+    episode's action can be compared with others (None for a branch episode or one without actions)."""
+    if tr.prefix is not None or not tr.action_spans:
+        return None
+    k = int(torch.randint(len(tr.action_spans), (1,), generator=generator))
+    return branch_before_action(tr, k)
 
 
 @dataclass
@@ -238,9 +258,13 @@ class RolloutEngine:
 
     def run(self, tasks: Sequence[TaskSpec], repeats: int = 1, *, generator: torch.Generator | None = None,
             greedy: bool = False, seed: int = 0, env_options: Sequence[Mapping[str, Any]] | None = None,
-            model: Any = None, branches: Sequence[Branch | None] | None = None) -> tuple[list[Trajectory], RolloutStats]:
+            model: Any = None, branches: Sequence[Branch | None] | None = None,
+            then_greedy: bool = False) -> tuple[list[Trajectory], RolloutStats]:
         """``repeats`` episodes of every task (task-major order: task 0's episodes first). ``branches``
-        (aligned with ``tasks``): where a task's episodes start from a replayed prefix (``Branch``)."""
+        (aligned with ``tasks``): where a task's episodes start from a replayed prefix (``Branch``).
+        ``then_greedy``: each episode samples its first action and decodes the rest greedily, and only
+        that first action trains (``Trajectory.trained_actions``): its return is then the greedy policy's
+        return after that action."""
         s = self.settings
         model = model if model is not None else self.policy.model
         if branches is not None:
@@ -269,7 +293,7 @@ class RolloutEngine:
                 if first is None or (messages, tools) != (first[0], first[1]):
                     first = (messages, tools, self.codec.start(messages, tools))
                 tr = Trajectory(task, ti, first[2].copy(), progress=info["progress"], env_options=opts,
-                                reset_seed=reset_seed)
+                                reset_seed=reset_seed, trained_actions=1 if then_greedy else None)
                 if branch is not None:
                     messages = self._replay(env, tr, branch, messages, tools)
                 trajs.append(tr)
@@ -298,8 +322,11 @@ class RolloutEngine:
                 break
             t1 = time.perf_counter()
             session.extend([new_ids[i] for i in rows])
+            decode: bool | list[bool] = greedy
+            if then_greedy and not greedy:  # greedy after each episode's first action
+                decode = [trajs[i].turns > 0 for i in rows]
             gens = session.sample(stop_ids=self.policy.stop_ids, max_new_tokens=s.max_action_tokens,
-                                  temperature=s.temperature, generator=generator, greedy=greedy)
+                                  temperature=s.temperature, generator=generator, greedy=decode)
             t2 = time.perf_counter()
             stats.gen_time += t2 - t1
             for i, g in zip(rows, gens):
