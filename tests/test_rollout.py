@@ -162,6 +162,39 @@ def test_batched_generation_equals_one_at_a_time(compact_policy) -> None:
         generate_actions(compact_policy.model, prompts, greedy=[True], **kw)
 
 
+def test_forced_rows_take_their_ids_with_the_policys_logprobs(compact_policy) -> None:
+    """``DecodeSession.sample(force=...)``: a forced row takes the given ids (teacher forcing) and records
+    the log-probs the model gives them, as recomputed from scratch; the other rows generate as before."""
+    from rods_gym.trainer.generation import DecodeSession
+
+    prompts = [[1, 4, 9, 10, 11, 5], [1, 4, 12, 5]]
+    eos = compact_policy.eos_id
+    forced = [30, 31, 32, eos]
+    kw = dict(stop_ids=compact_policy.stop_ids, max_new_tokens=6, temperature=0.7, greedy=True)
+    session = DecodeSession(compact_policy.model, compact_policy.pad_id, 2)
+    session.extend(prompts)
+    got = session.sample(force=[forced, None], **kw)
+    free = generate_actions(compact_policy.model, prompts, pad_id=compact_policy.pad_id, **kw)
+    assert got[0].ids == forced and got[0].stopped and got[1].ids == free[1].ids
+    lp, _ = _recomputed(compact_policy, [_Forced(prompts[0] + forced, [0] * 6 + [1] * 4)], 0.7)
+    assert max(abs(a - b) for a, b in zip(got[0].logprobs, lp[0, -4:].tolist())) < 1e-4
+    session = DecodeSession(compact_policy.model, compact_policy.pad_id, 2)
+    session.extend(prompts)
+    with pytest.raises(ValueError, match="empty action"):
+        session.sample(force=[[], None], **kw)
+    with pytest.raises(ValueError, match="1 entries for 2 rows"):
+        session.sample(force=[forced], **kw)
+
+
+class _Forced:
+    """The transcript fields ``_recomputed`` reads, for a prompt followed by forced ids."""
+
+    def __init__(self, ids, mask):
+        from rods_gym.trainer.transcript import Transcript
+
+        self.transcript = Transcript(list(ids), list(mask), [0.0] * len(ids))
+
+
 def test_demonstrations_tokenize_like_rollouts(compact_policy, easy_tasks) -> None:
     demos = make_demonstrations(compact_policy, easy_tasks[:6], "rods/ToolChain-Compact-v0")
     assert all(d.success for d in demos)

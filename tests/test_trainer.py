@@ -936,6 +936,22 @@ def test_greedy_continuation_branches_measure_the_greedy_policy(task_file: Path,
         grp = both.branches[i]
         assert len(grp) == 5 and grp[0].success and len(grp[0].prefix.actions) < greedy[i].turns
 
+    # rollout.branch_oracle: the group's second episode takes the oracle's action at the branch point (never a
+    # miss there), with the policy's own log-probs of its ids, and goes on greedily
+    from rods_gym.trainer.rollout import MISSES
+
+    guided = one_round(branch_oracle=True)
+    assert sorted(guided.branches) == sorted(rnd.branches)
+    for i, grp in guided.branches.items():
+        assert len(grp) == 6 and grp[0].transcript.ids == rnd.branches[i][0].transcript.ids
+        oracle = grp[1]
+        start, end = oracle.action_spans[0]
+        assert oracle.trained_actions == 1 and oracle.effects[0] not in MISSES
+        assert all(lp <= 0.0 for lp in oracle.transcript.logprobs[start:end]) and oracle.transcript.ids[end - 1] == policy.eos_id
+    assert any(g[1].transcript.ids != g[0].transcript.ids for g in guided.branches.values())  # it differs from greedy
+    with pytest.raises(ValueError, match="branch_oracle=true needs branch groups with greedy continuations"):
+        load_config(None, ["rollout.branch_oracle=true", "rollout.branch_size=4"])
+
     # the loop: with train_start_groups=false only the branch groups' first actions train (fewer update tokens,
     # another update), and the run is deterministic
     loop_tasks = TaskSampler(default_suite(), DIFFICULTIES["easy"], seed=7).sample_many(6)

@@ -118,6 +118,11 @@ class RolloutConfig:
     # also branch each successful greedy episode, before one of its actions drawn uniformly: the update then
     # sees which actions keep greedy successes, not only which repair failures
     branch_successes: bool = False
+    # with branch_continuation "greedy": one more episode per branch group whose action at the branch point
+    # is the oracle's (teacher-forced, the policy's log-probs of its ids recorded), then greedy. Off-policy
+    # guidance as in LUFFY: the group always holds the right action, and it is reinforced only as far as
+    # the greedy policy gets further after it than after the actions it samples itself
+    branch_oracle: bool = False
 
 
 @dataclass(frozen=True)
@@ -397,6 +402,10 @@ def check_config(cfg: TrainConfig) -> None:
     if cfg.rollout.branch_size < 0 or cfg.rollout.branch_size == 1:
         raise ValueError(f"config rollout.branch_size must be 0 (off) or >= 2 (a branch group's advantages compare "
                          f"its episodes), got {cfg.rollout.branch_size}")
+    if cfg.rollout.branch_oracle and (cfg.rollout.branch_size == 0 or cfg.rollout.branch_continuation != "greedy"):
+        raise ValueError("config rollout.branch_oracle=true needs branch groups with greedy continuations "
+                         f"(rollout.branch_size >= 2 and rollout.branch_continuation=greedy), got branch_size="
+                         f"{cfg.rollout.branch_size}, branch_continuation={cfg.rollout.branch_continuation}")
     if not cfg.grpo.train_start_groups and cfg.rollout.branch_size == 0:
         raise ValueError("config grpo.train_start_groups=false trains only branch groups, but rollout.branch_size is 0 "
                          "(no branches): nothing would train")

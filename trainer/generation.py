@@ -174,9 +174,12 @@ class DecodeSession:
 
     @torch.no_grad()
     def sample(self, *, stop_ids: Sequence[int], max_new_tokens: int, temperature: float = 1.0,
-               generator: torch.Generator | None = None, greedy: bool | Sequence[bool] = False) -> list[Generated]:
+               generator: torch.Generator | None = None, greedy: bool | Sequence[bool] = False,
+               force: Sequence[Sequence[int] | None] | None = None) -> list[Generated]:
         """One action per row. The last sampled id of each row stays pending until the next ``extend``.
-        ``greedy``: for every row, or per row (the others sample; every row's log-probs are at ``temperature``)."""
+        ``greedy``: for every row, or per row (the others sample; every row's log-probs are at ``temperature``).
+        ``force``: per row, ids to take instead of generating (teacher forcing, their log-probs recorded),
+        cut at ``max_new_tokens``; None for a row that generates."""
         if self.logits is None:
             raise RuntimeError("call extend() before sample()")
         per_row = None
@@ -189,6 +192,12 @@ class DecodeSession:
         if not greedy and generator is None:
             raise ValueError("sampling needs an explicit torch.Generator (no global RNG)")
         stops = torch.as_tensor(sorted(set(stop_ids)), dtype=torch.long, device=self.device)
+        if force is not None and len(force) != self.rows:
+            raise ValueError(f"force: {len(force)} entries for {self.rows} rows")
+        forced = ([None if f is None else list(f) for f in force]
+                  if force is not None and any(f is not None for f in force) else None)
+        if forced is not None and any(f is not None and not f for f in forced):
+            raise ValueError("force: an empty action (a forced row needs at least one id)")
         results = [Generated([], [], False) for _ in range(self.rows)]
         active = torch.ones(self.rows, dtype=torch.bool, device=self.device)
         live = list(range(self.rows))  # the rows of ``active``, as a list
@@ -197,8 +206,15 @@ class DecodeSession:
             tok = logp.argmax(dim=-1) if greedy else torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)
             if per_row is not None:
                 tok = torch.where(per_row, logp.argmax(dim=-1), tok)
+            if forced is not None:  # teacher-forced rows take their next id and end with their last one
+                rows_f = [i for i, f in enumerate(forced) if f is not None and t < len(f)]
+                tok[rows_f] = torch.as_tensor([forced[i][t] for i in rows_f], dtype=tok.dtype, device=tok.device)
             tok_lp = logp.gather(1, tok[:, None]).squeeze(1)
             finished = torch.isin(tok, stops)
+            if forced is not None:
+                for i, f in enumerate(forced):
+                    if f is not None:
+                        finished[i] = t == len(f) - 1
             toks, lps, fins = tok.tolist(), tok_lp.tolist(), finished.tolist()  # one copy per step, not per row
             for i in live:
                 results[i].ids.append(toks[i])

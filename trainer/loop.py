@@ -154,7 +154,8 @@ def rollout_seed(step: int, round_: int, rank: int, world: int, rounds_per_step:
 def rollout_round(engine: RolloutEngine, source: TaskSource, tasks: Sequence[TaskSpec], group_size: int,
                   accelerator: Accelerator, *, generator: torch.Generator, model: Any, seed: int,
                   gamma: float = 1.0, branch_size: int = 0, branch_seed: int = 0, greedy: bool = False,
-                  branch_continuation: str = "sampled", branch_successes: bool = False) -> RolloutRound:
+                  branch_continuation: str = "sampled", branch_successes: bool = False,
+                  branch_oracle: bool = False) -> RolloutRound:
     """``group_size`` rollouts of every task; process ``rank`` runs tasks ``rank, rank + world, ...``
     and the summaries are gathered so every process builds the same groups. A group's returns are
     discounted by ``gamma`` (``grpo.gamma``): the curriculum sees the returns the advantages use.
@@ -195,20 +196,21 @@ def rollout_round(engine: RolloutEngine, source: TaskSource, tasks: Sequence[Tas
             branch_gen = torch.Generator(device=generator.device).manual_seed(branch_seed)
             rnd.branches, branch_stats = greedy_branches(engine, mine, runs, branch_size, generator=branch_gen,
                                                          model=model, continuation=branch_continuation,
-                                                         successes=branch_successes)
+                                                         successes=branch_successes, oracle=branch_oracle)
             stats.add(branch_stats)
     return rnd
 
 
 def greedy_branches(engine: RolloutEngine, mine: Sequence[int], greedy: Sequence[Trajectory], branch_size: int, *,
                     generator: torch.Generator, model: Any, continuation: str = "sampled",
-                    successes: bool = False) -> tuple[dict[int, list[Trajectory]], RolloutStats]:
+                    successes: bool = False, oracle: bool = False) -> tuple[dict[int, list[Trajectory]], RolloutStats]:
     """``branch_size`` episodes sampled with ``generator`` from the state before the first miss of each
     failed greedy episode (``greedy[k]``, of task index ``mine[k]``; ``branch_before_first_miss``: they
     reset with their greedy episode's seed); with ``successes``, also from before an action of each
     successful one, drawn with ``generator``. ``continuation`` "greedy": each branch episode samples
     only its first action and decodes greedily after it, and the group starts with one fully greedy
-    episode from the branch point (``rollout.branch_continuation``). Returns task index -> its branch
+    episode from the branch point (``rollout.branch_continuation``); with ``oracle``, then one whose
+    first action is the oracle's (``rollout.branch_oracle``). Returns task index -> its branch
     episodes, and their time and tokens."""
     stats = RolloutStats()
     then_greedy = continuation == "greedy"
@@ -221,6 +223,9 @@ def greedy_branches(engine: RolloutEngine, mine: Sequence[int], greedy: Sequence
         runs = []
         if then_greedy:  # the greedy decision itself, as the group's first episode
             runs.append(engine.run(tasks, 1, greedy=True, branches=branches, model=model, then_greedy=True))
+        if then_greedy and oracle:  # the oracle's action at the branch point, then the greedy policy
+            runs.append(engine.run(tasks, 1, greedy=True, branches=branches, model=model, then_greedy=True,
+                                   oracle_first=True))
         runs.append(engine.run(tasks, branch_size, generator=generator, branches=branches, model=model,
                                then_greedy=then_greedy))
         for conts, run_stats in runs:
@@ -434,7 +439,8 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
             rnd = rollout_round(engine, source, more, r.group_size, accelerator, generator=generator, model=unwrapped,
                                 seed=seed, gamma=g.gamma, branch_size=r.branch_size,
                                 branch_seed=cfg.seed * 1_000_003 + seed, greedy=g.baseline == "greedy",
-                                branch_continuation=r.branch_continuation, branch_successes=r.branch_successes)
+                                branch_continuation=r.branch_continuation, branch_successes=r.branch_successes,
+                                branch_oracle=r.branch_oracle)
             source.observe(step, rnd.groups)
             rounds.append(rnd)
 

@@ -259,12 +259,14 @@ class RolloutEngine:
     def run(self, tasks: Sequence[TaskSpec], repeats: int = 1, *, generator: torch.Generator | None = None,
             greedy: bool = False, seed: int = 0, env_options: Sequence[Mapping[str, Any]] | None = None,
             model: Any = None, branches: Sequence[Branch | None] | None = None,
-            then_greedy: bool = False) -> tuple[list[Trajectory], RolloutStats]:
+            then_greedy: bool = False, oracle_first: bool = False) -> tuple[list[Trajectory], RolloutStats]:
         """``repeats`` episodes of every task (task-major order: task 0's episodes first). ``branches``
         (aligned with ``tasks``): where a task's episodes start from a replayed prefix (``Branch``).
         ``then_greedy``: each episode samples its first action and decodes the rest greedily, and only
         that first action trains (``Trajectory.trained_actions``): its return is then the greedy policy's
-        return after that action."""
+        return after that action. ``oracle_first``: each episode's first action is the oracle's next action
+        from its start (or branch point), teacher-forced with the policy's log-probs of its ids recorded,
+        and the episode goes on with the policy (off-policy guidance, as LUFFY mixes expert traces into groups)."""
         s = self.settings
         model = model if model is not None else self.policy.model
         if branches is not None:
@@ -277,6 +279,7 @@ class RolloutEngine:
         t0 = time.perf_counter()
         trajs: list[Trajectory] = []
         convs: list[tuple[Messages, Tools]] = []
+        guides: list[list[int] | None] = []  # the oracle's first action of each episode (oracle_first)
         for ti, task in enumerate(tasks):
             branch = branches[ti] if branches is not None else None
             if env_options is not None:
@@ -298,6 +301,7 @@ class RolloutEngine:
                     messages = self._replay(env, tr, branch, messages, tools)
                 trajs.append(tr)
                 convs.append((messages, tools))
+                guides.append(self.codec.action_ids(env.get_wrapper_attr("oracle_action")()) if oracle_first else None)
         stats.env_time += time.perf_counter() - t0
         self._warn_long_prompts(trajs)
 
@@ -325,8 +329,9 @@ class RolloutEngine:
             decode: bool | list[bool] = greedy
             if then_greedy and not greedy:  # greedy after each episode's first action
                 decode = [trajs[i].turns > 0 for i in rows]
+            force = [guides[i] if trajs[i].turns == 0 else None for i in rows] if oracle_first else None
             gens = session.sample(stop_ids=self.policy.stop_ids, max_new_tokens=s.max_action_tokens,
-                                  temperature=s.temperature, generator=generator, greedy=decode)
+                                  temperature=s.temperature, generator=generator, greedy=decode, force=force)
             t2 = time.perf_counter()
             stats.gen_time += t2 - t1
             for i, g in zip(rows, gens):
