@@ -14,7 +14,7 @@ from rods_gym.trainer.policy import build_tiny_policy
 from dataclasses import replace
 
 from rods_gym.trainer.rollout import (Branch, RolloutEngine, RolloutSettings, branch_after_first_rejection,
-                                      conversation_start, oracle_actions)
+                                      oracle_actions)
 from rods_gym.trainer.sft import make_demonstrations
 from rods_gym.trainer.transcript import ChatCodec, TemplateError
 

@@ -878,19 +878,24 @@ def test_greedy_branches_retry_the_first_miss(task_file: Path, warm_policy: Path
         {k: v for k, v in rec[2].items() if k not in TIMING_METRICS}
 
 
-def test_greedy_continuation_branches_measure_the_greedy_policy(task_file: Path, warm_policy: Path,
-                                                               tmp_path: Path) -> None:
+def test_greedy_continuation_branches_measure_the_greedy_policy(task_file: Path, warm_policy: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """``rollout.branch_continuation: greedy``: a branch episode samples only the action at the branch
     point and decodes greedily after it, only that action trains, and the group starts with the fully
     greedy episode from the branch point; ``rollout.branch_successes`` also branches greedy successes;
     ``grpo.train_start_groups=false`` trains the branch groups alone."""
     from rods_gym.trainer.loop import rollout_round, rollout_settings, source_env_id, source_env_kwargs
+    from dataclasses import replace
+
     from rods_gym.trainer.rollout import RolloutEngine, branch_before_first_miss
 
     with pytest.raises(ValueError, match="rollout.branch_continuation"):
         load_config(None, ["rollout.branch_continuation=beam"])
     with pytest.raises(ValueError, match="train_start_groups=false.*branch_size is 0"):
         load_config(None, ["grpo.train_start_groups=false"])
+    for shape in ("rollout.branch_continuation=greedy", "rollout.branch_successes=true"):
+        with pytest.raises(ValueError, match="shape branch groups, but rollout.branch_size is 0"):
+            load_config(None, [shape])
 
     cfg = tiny_config(task_file, tmp_path / "round", **{"rollout.temperature": "1.5"})
     policy = load_policy(warm_policy)
@@ -918,15 +923,18 @@ def test_greedy_continuation_branches_measure_the_greedy_policy(task_file: Path,
             start, end = t.action_spans[0]
             assert sum(mask) == end - start == sum(t.transcript.action_mask[start:end]) and mask[start:end] == [1] * (end - start)
             assert sum(t.transcript.action_mask) >= sum(mask)
-        # a sampled first action equal to the greedy one goes on exactly as the greedy episode: after the branch
-        # action, every episode decodes greedily
-        for t in grp[1:]:
-            same_first = t.transcript.ids[t.action_spans[0][0]:t.action_spans[0][1]] == \
-                grp[0].transcript.ids[grp[0].action_spans[0][0]:grp[0].action_spans[0][1]]
-            if same_first:
-                assert t.transcript.ids == grp[0].transcript.ids and t.rewards == grp[0].rewards
+        # after the branch action every episode decodes greedily: each later id is the argmax of the logits
+        # before it (up to float near-ties between incremental decoding and one full forward)
+        for t in grp:
+            with torch.no_grad():
+                logits = policy.model(torch.tensor([t.transcript.ids])).logits[0]
+            for a, b in t.action_spans[1:]:
+                for p in range(a, b):
+                    top = logits[p - 1].max()
+                    assert t.transcript.ids[p] == int(logits[p - 1].argmax()) or top - logits[p - 1, t.transcript.ids[p]] < 1e-4
     # at T=1.5 some sampled branch action differs from the greedy one and leads elsewhere
     assert any(t.transcript.ids != grp[0].transcript.ids for grp in rnd.branches.values() for t in grp[1:])
+    assert sum(len(t.action_spans) > 1 for grp in rnd.branches.values() for t in grp[1:]) >= 3  # tails were checked
 
     # rollout.branch_successes: every greedy episode that succeeded is branched too, before one of its actions
     both = one_round(branch_successes=True)
@@ -949,12 +957,26 @@ def test_greedy_continuation_branches_measure_the_greedy_policy(task_file: Path,
         assert oracle.trained_actions == 1 and oracle.effects[0] not in MISSES
         assert all(lp <= 0.0 for lp in oracle.transcript.logprobs[start:end]) and oracle.transcript.ids[end - 1] == policy.eos_id
     assert any(g[1].transcript.ids != g[0].transcript.ids for g in guided.branches.values())  # it differs from greedy
+    # an oracle action the token limit would cut is refused, not forced in part
+    short = RolloutEngine(policy, source_env_id(source, cfg), replace(rollout_settings(cfg), max_action_tokens=2),
+                          source_env_kwargs(source, cfg))
+    with pytest.raises(ValueError, match="over rollout.max_action_tokens=2; raise it"):
+        short.run(tasks[:1], 1, greedy=True, then_greedy=True, oracle_first=True)
     with pytest.raises(ValueError, match="branch_oracle=true needs branch groups with greedy continuations"):
         load_config(None, ["rollout.branch_oracle=true", "rollout.branch_size=4"])
 
     # the loop: with train_start_groups=false only the branch groups' first actions train (fewer update tokens,
     # another update), and the run is deterministic
     loop_tasks = TaskSampler(default_suite(), DIFFICULTIES["easy"], seed=7).sample_many(6)
+
+    from rods_gym.trainer import loop as loop_module
+
+    masks: list = []
+    real_make_batch = loop_module.make_batch
+
+    def recorder(ids, action_masks, *args, **kw):
+        masks.append([list(m) for m in action_masks])
+        return real_make_batch(ids, action_masks, *args, **kw)
 
     def run(name: str, **extra: str):
         cfg = tiny_config(task_file, tmp_path / name, steps="1", **{"rollout.branch_size": "4",
@@ -963,9 +985,17 @@ def test_greedy_continuation_branches_measure_the_greedy_policy(task_file: Path,
         grpo_train(cfg, policy, loop_tasks, run_dir=cfg.run_dir, accelerator=Accelerator(cpu=True))
         return policy, read_jsonl(tmp_path / name / "metrics.jsonl")[0]
 
-    (with_start, rec_start), (alone, rec_alone), (again, _) = (
-        run("start"), run("alone", **{"grpo.train_start_groups": "false"}),
-        run("again", **{"grpo.train_start_groups": "false"}))
+    with_start, rec_start = run("start")
+    monkeypatch.setattr(loop_module, "make_batch", recorder)
+    alone, rec_alone = run("alone", **{"grpo.train_start_groups": "false"})
+    monkeypatch.setattr(loop_module, "make_batch", real_make_batch)
+    again, _ = run("again", **{"grpo.train_start_groups": "false"})
+    # each branch row trains one action and ends with it: one run of ones, the row's last ids (null rows: none)
+    rows = [m for m in masks[0] if any(m)]
+    assert len(rows) == rec_alone["branch_episodes"]
+    for m in rows:
+        first = m.index(1)
+        assert m[first:] == [1] * (len(m) - first) and sum(m[:first]) == 0
     assert rec_alone["branch_groups"] == rec_start["branch_groups"] >= 1
     assert rec_alone["branch_episodes"] == 5 * rec_alone["branch_groups"]
     assert 0 < rec_alone["trained_tokens"] < rec_start["trained_tokens"]

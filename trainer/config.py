@@ -402,6 +402,9 @@ def check_config(cfg: TrainConfig) -> None:
     if cfg.rollout.branch_size < 0 or cfg.rollout.branch_size == 1:
         raise ValueError(f"config rollout.branch_size must be 0 (off) or >= 2 (a branch group's advantages compare "
                          f"its episodes), got {cfg.rollout.branch_size}")
+    if cfg.rollout.branch_size == 0 and (cfg.rollout.branch_continuation != "sampled" or cfg.rollout.branch_successes):
+        raise ValueError("config rollout.branch_continuation and rollout.branch_successes shape branch groups, but "
+                         "rollout.branch_size is 0 (no branches): set rollout.branch_size >= 2")
     if cfg.rollout.branch_oracle and (cfg.rollout.branch_size == 0 or cfg.rollout.branch_continuation != "greedy"):
         raise ValueError("config rollout.branch_oracle=true needs branch groups with greedy continuations "
                          f"(rollout.branch_size >= 2 and rollout.branch_continuation=greedy), got branch_size="

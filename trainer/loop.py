@@ -489,12 +489,16 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
             null_ids = [policy.pad_id, policy.pad_id]
             # grpo.mask_truncated (DAPO's overlong filtering): a truncated episode's tokens leave the loss (its
             # return still counts in its group's advantages), and it leaves the sequence count
-            trains = [not (g.mask_truncated and tr.truncated) for tr in trajs]
-            batch = make_batch([tr.transcript.ids for tr in trajs] + [null_ids] * n_null,
-                               [tr.trained_mask() if on else [0] * len(tr.transcript.ids)
-                                for tr, on in zip(trajs, trains)] + [[0, 0]] * n_null,
-                               [tr.transcript.logprobs for tr in trajs] + [[0.0, 0.0]] * n_null,
-                               advantages + ([[0.0, 0.0]] * n_null if per_token else [0.0] * n_null),
+            # (a greedy-continuation branch episode trains only its first action: a cut in its untrained greedy
+            # tail does not drop it, and its rows end with that action, since later ids carry no loss)
+            trains = [not (g.mask_truncated and tr.truncated and tr.trained_actions is None) for tr in trajs]
+            ends = [tr.trained_end() for tr in trajs]
+            batch = make_batch([tr.transcript.ids[:e] for tr, e in zip(trajs, ends)] + [null_ids] * n_null,
+                               [tr.trained_mask()[:e] if on else [0] * e
+                                for tr, on, e in zip(trajs, trains, ends)] + [[0, 0]] * n_null,
+                               [tr.transcript.logprobs[:e] for tr, e in zip(trajs, ends)] + [[0.0, 0.0]] * n_null,
+                               [a[:e] if isinstance(a, list) else a for a, e in zip(advantages, ends)]
+                               + ([[0.0, 0.0]] * n_null if per_token else [0.0] * n_null),
                                policy.pad_id)
             real = torch.tensor([float(on) for on in trains] + [0.0] * n_null)
             update_tokens = float(batch.attention_mask[: len(trajs)].sum()) * g.epochs

@@ -86,12 +86,18 @@ class Trajectory:
     def n_generated(self) -> int:
         return sum(self.transcript.action_mask)
 
+    def trained_end(self) -> int:
+        """Where the tokens that matter to the update end: the end of the last action that trains (the
+        whole transcript when every action trains). Later ids carry no loss and, attention being causal,
+        change no earlier log-prob."""
+        if self.trained_actions is None or self.trained_actions >= len(self.action_spans):
+            return len(self.transcript)
+        return self.action_spans[self.trained_actions - 1][1] if self.trained_actions > 0 else 0
+
     def trained_mask(self) -> list[int]:
         """The transcript's action mask, limited to the actions that train (``trained_actions``)."""
         mask = self.transcript.action_mask
-        if self.trained_actions is None or self.trained_actions >= len(self.action_spans):
-            return list(mask)
-        end = self.action_spans[self.trained_actions][0]
+        end = self.trained_end()
         return list(mask[:end]) + [0] * (len(mask) - end)
 
 
@@ -169,7 +175,7 @@ def branch_at_drawn_action(tr: "Trajectory", generator: torch.Generator) -> Bran
     episode's action can be compared with others (None for a branch episode or one without actions)."""
     if tr.prefix is not None or not tr.action_spans:
         return None
-    k = int(torch.randint(len(tr.action_spans), (1,), generator=generator))
+    k = int(torch.randint(len(tr.action_spans), (1,), generator=generator, device=generator.device))
     return branch_before_action(tr, k)
 
 
@@ -301,7 +307,7 @@ class RolloutEngine:
                     messages = self._replay(env, tr, branch, messages, tools)
                 trajs.append(tr)
                 convs.append((messages, tools))
-                guides.append(self.codec.action_ids(env.get_wrapper_attr("oracle_action")()) if oracle_first else None)
+                guides.append(self._oracle_ids(env, tr) if oracle_first else None)
         stats.env_time += time.perf_counter() - t0
         self._warn_long_prompts(trajs)
 
@@ -370,6 +376,16 @@ class RolloutEngine:
             model.train()
         stats.context_tokens = sum(len(tr.transcript) for tr in trajs) - stats.gen_tokens
         return trajs, stats
+
+    def _oracle_ids(self, env: gym.Env, tr: Trajectory) -> list[int]:
+        """The ids of the oracle's next action in ``env`` (an augmented env's wrapper renames it), refused
+        when they would be cut at ``max_action_tokens``: a cut action is no longer the oracle's."""
+        ids = self.codec.action_ids(env.get_wrapper_attr("oracle_action")())
+        if len(ids) > self.settings.max_action_tokens:
+            raise ValueError(f"task {tr.task.id!r}: the oracle's action here is {len(ids)} tokens, over "
+                             f"rollout.max_action_tokens={self.settings.max_action_tokens}; raise it to force the "
+                             "oracle's actions (rollout.branch_oracle)")
+        return ids
 
     def action_budget(self, task: TaskSpec) -> int:
         """The actions an episode of ``task`` may take (``max_turns``, or the oracle's count + ``turn_slack``)."""
