@@ -919,7 +919,7 @@ def test_greedy_continuation_branches_measure_the_greedy_policy(task_file: Path,
         # the first is the greedy decision itself: it goes on exactly as the greedy episode did
         assert grp[0].rewards == greedy[i].rewards[k:] and grp[0].transcript.ids == greedy[i].transcript.ids
         for t in grp:
-            mask = t.trained_mask()  # only the action at the branch point trains
+            mask = t.transcript.action_mask[:t.trained_end()]  # only the action at the branch point trains
             start, end = t.action_spans[0]
             assert sum(mask) == end - start == sum(t.transcript.action_mask[start:end]) and mask[start:end] == [1] * (end - start)
             assert sum(t.transcript.action_mask) >= sum(mask)

@@ -494,7 +494,7 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
             trains = [not (g.mask_truncated and tr.truncated and tr.trained_actions is None) for tr in trajs]
             ends = [tr.trained_end() for tr in trajs]
             batch = make_batch([tr.transcript.ids[:e] for tr, e in zip(trajs, ends)] + [null_ids] * n_null,
-                               [tr.trained_mask()[:e] if on else [0] * e
+                               [tr.transcript.action_mask[:e] if on else [0] * e
                                 for tr, on, e in zip(trajs, trains, ends)] + [[0, 0]] * n_null,
                                [tr.transcript.logprobs[:e] for tr, e in zip(trajs, ends)] + [[0.0, 0.0]] * n_null,
                                [a[:e] if isinstance(a, list) else a for a, e in zip(advantages, ends)]

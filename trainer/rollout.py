@@ -94,12 +94,6 @@ class Trajectory:
             return len(self.transcript)
         return self.action_spans[self.trained_actions - 1][1] if self.trained_actions > 0 else 0
 
-    def trained_mask(self) -> list[int]:
-        """The transcript's action mask, limited to the actions that train (``trained_actions``)."""
-        mask = self.transcript.action_mask
-        end = self.trained_end()
-        return list(mask[:end]) + [0] * (len(mask) - end)
-
 
 @dataclass(frozen=True)
 class Branch:
