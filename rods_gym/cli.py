@@ -74,6 +74,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the output was piped into a reader that stopped early (`rods skills | head`)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
         return 141
+    except OSError as exc:  # a path the command cannot read or write (--out /proc/x, a --run-dir that is a file)
+        if exc.filename is None or os.environ.get("RODS_TRACEBACK"):
+            raise
+        what = (f"{exc.filename} is a file, where a directory is needed" if isinstance(exc, FileExistsError)
+                and os.path.isfile(exc.filename) else f"{exc.strerror or exc}: {exc.filename}")
+        print(f"rods {args.command}: error: {what} (check the path; RODS_TRACEBACK=1 shows where)", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

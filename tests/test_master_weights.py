@@ -155,7 +155,7 @@ def test_a_low_precision_warm_start_moves_its_weights_and_resumes_exactly(
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_a_low_precision_grpo_run_checkpoints_its_master_weights_and_resumes_exactly(
-        dtype: str, task_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        dtype: str, task_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     monkeypatch.setattr(master_weights, "INITIAL_LOSS_SCALE", 2.0 ** 20)  # fp16: overflows first (see above)
     warm = warm_tiny_policy(tmp_path / "warm", sft_steps=60)
 
@@ -185,4 +185,9 @@ def test_a_low_precision_grpo_run_checkpoints_its_master_weights_and_resumes_exa
     run(tmp_path / "cut", 2)
     resumed = run(tmp_path / "cut", 3, resume=True)
     for a, b in zip(full.model.parameters(), resumed.model.parameters()):
+        assert torch.equal(a, b)
+    capsys.readouterr()
+    again = run(tmp_path / "cut", 3, resume=True)  # a finished run: nothing trains, and the resume says so
+    assert "resume: GRPO is already done (checkpoint step-000003, step 3 of 3)" in capsys.readouterr().out
+    for a, b in zip(full.model.parameters(), again.model.parameters()):
         assert torch.equal(a, b)

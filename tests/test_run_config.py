@@ -97,6 +97,54 @@ def test_bare_overrides_may_follow_options_and_a_new_name_moves_the_run(capsys) 
     assert load_config(None, ["name=baz"]).run_dir == "runs/baz"
 
 
+def test_a_shipped_config_name_is_not_shadowed_by_a_local_file_or_folder(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "seeds").write_text("# my notes\n")  # a file named like a shipped config
+    (tmp_path / "typed").mkdir()  # a run folder named like one
+    shipped_seeds = load_config("seeds")
+    assert shipped_seeds.name == "seeds" and load_config("typed").data.slot_ids == "typed"
+    (tmp_path / "seeds").write_text("base: default\nname: mine\nsteps: 3\n")
+    mine = load_config("./seeds")  # a path reads the local file
+    assert mine.name == "mine" and mine.steps == 3 and load_config("seeds") == shipped_seeds
+    (tmp_path / "only_here").write_text("base: default\nname: here\n")
+    assert load_config("only_here").name == "here"  # no shipped config of that name: the local file
+
+
+def test_a_config_file_without_a_base_is_noted(tmp_path: Path, capsys) -> None:
+    (tmp_path / "bare.yaml").write_text("steps: 2\n")
+    (tmp_path / "based.yaml").write_text("base: default\nsteps: 2\n")
+    save_config(load_config("default"), tmp_path / "saved.yaml")  # a run's saved config: every field set
+    cfg = load_from_args(_args("train", "--config", str(tmp_path / "bare.yaml")))
+    assert cfg.data.source == "fixed"  # the code's default, not the main job's rods
+    assert "has no 'base:', so every field it does not set takes the code's default" in capsys.readouterr().out
+    for quiet in ("based.yaml", "saved.yaml"):
+        load_from_args(_args("train", "--config", str(tmp_path / quiet)))
+        assert "has no 'base:'" not in capsys.readouterr().out, quiet
+    load_from_args(_args("train", "--config", "seeds"))  # a shipped config
+    assert "has no 'base:'" not in capsys.readouterr().out
+
+
+def test_list_fields_take_one_value_and_overrides_name_their_form() -> None:
+    assert load_config("default", ["eval.splits=test"]).eval.splits == ("test",)
+    assert load_config("default", ["eval.splits=[test,dev]"]).eval.splits == ("test", "dev")
+    with pytest.raises(ValueError, match=r"grpo.adam_betas: expected a list, got 0.9 \(on the command line"):
+        load_config("default", ["grpo.adam_betas=0.9"])  # a fixed-length list still needs its values
+    with pytest.raises(ValueError, match=r"override 'grpo' must look like key=value \(e.g. steps=50 or grpo.lr=1e-4\)"):
+        load_config("default", ["grpo"])
+
+
+def test_paths_a_command_cannot_write_are_one_line_errors(tmp_path: Path, capsys) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for argv, words in ((["train", "--run-dir", str(afile), "steps=1"], f"{afile} is a file, where a directory is needed"),
+                        (["synth", "--n", "2", "--out", str(afile / "x.jsonl")], str(afile)),
+                        (["tasksets", "build", "--out", str(afile / "ts")], str(afile))):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert f"rods {argv[0]}: error:" in err and words in err and "Traceback" not in err, err
+        assert "RODS_TRACEBACK=1" in err
+
+
 def test_the_cli_reports_a_config_mistake_in_one_line(capsys) -> None:
     for argv, words in ((["train", "nonsense=1"], "unknown key(s) ['nonsense']"),
                         (["train", "data.source=rodz"], "choose one of"),
@@ -488,6 +536,18 @@ def test_evaluate_finds_a_runs_latest_policy(tmp_path: Path, capsys, monkeypatch
     assert main(["evaluate", "--run-dir", str(run), "--tasks", "2", "--splits", "dev", "rollout.max_turns=2",
                  "--env", "rods/ToolChain-Compact-v0"]) == 0
     assert seen[-1] == ("rods/ToolChain-Compact-v0", {"max_steps": 9, "slot_ids": "shuffled"}, 2)
+    # --policy inside a run (its warm start, a checkpoint's policy/, or the checkpoint itself): the run's config too
+    for given in (run / "sft_policy", run / "checkpoints" / "step-000003" / "policy", run / "checkpoints" / "step-000003"):
+        assert main(["evaluate", "--policy", str(given), "--tasks", "2", "--splits", "dev"]) == 0
+        assert f"with the run's config ({run.resolve() / 'config.yaml'}" in capsys.readouterr().err
+        assert seen[-1] == ("rods/ToolChain-Easy-Compact-v0", {"max_steps": 9, "slot_ids": "shuffled"}, 3)
+    assert main(["evaluate", "--policy", str(run / "sft_policy"), "--config", "default", "--tasks", "2",
+                 "--splits", "dev"]) == 0  # --config wins
+    assert "with the run's config" not in capsys.readouterr().err
+    assert seen[-1][0] == "rods/ToolChain-Compact-v0" and seen[-1][2] == 16
+    shutil.copytree(run / "sft_policy", tmp_path / "elsewhere")  # saved outside a run: the default config
+    assert main(["evaluate", "--policy", str(tmp_path / "elsewhere"), "--tasks", "2", "--splits", "dev"]) == 0
+    assert "with the run's config" not in capsys.readouterr().err and seen[-1][0] == "rods/ToolChain-Compact-v0"
 
 
 def test_ctrl_c_says_how_to_resume_instead_of_a_traceback(capsys) -> None:

@@ -44,6 +44,28 @@ def latest_policy(run_dir: str | Path) -> Path | None:
     return next((c for c in candidates if (c / "config.json").exists()), None)
 
 
+def policy_dir(path: str | Path) -> Path:
+    """A saved policy directory as the user may name it: the directory itself, or a GRPO checkpoint
+    (``RUN/checkpoints/step-N``) whose ``policy/`` it holds."""
+    p = Path(path)
+    if not (p / "config.json").exists() and (p / "policy" / "config.json").exists():
+        return p / "policy"
+    return p
+
+
+def run_of_policy(path: str | Path) -> Path | None:
+    """The run directory a saved policy belongs to (``RUN/sft_policy``, ``RUN/checkpoints/step-N/policy``),
+    when it holds the run's ``config.yaml``; None for a policy saved anywhere else."""
+    p = policy_dir(path).resolve()
+    if p.name == "sft_policy":
+        run = p.parent
+    elif p.name == "policy" and p.parent.parent.name == "checkpoints":
+        run = p.parent.parent.parent
+    else:
+        return None
+    return run if (run / "config.yaml").exists() else None
+
+
 def refuse_stale_checkpoints(run_dir: str | Path, *, resume: bool) -> None:
     """A new (not resumed) run must not start over an earlier run's checkpoints: they would outlive
     the new ones (pruning keeps the highest step numbers) and a later resume would pick them up."""

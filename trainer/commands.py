@@ -13,7 +13,8 @@ from typing import Any, Callable, Iterator, TypeVar
 
 T = TypeVar("T")
 RESUMABLE = ("sft_policy/", "sft_checkpoint/", "checkpoints/")  # what a run directory without config.yaml may still resume from
-CONFIG_HELP = "YAML config file or shipped config name (default, chat_tiny, ...); default: the shipped default"
+CONFIG_HELP = ("YAML config file or shipped config name (default, chat_tiny, seeds, typed, qwen_chat); a shipped name "
+               "wins over a local file of that name (write ./NAME for the file); default: the shipped default")
 
 
 def _add_config_args(p: argparse.ArgumentParser, run_dir_help: str = "output directory (default runs/<name>)",
@@ -43,11 +44,13 @@ def load_from_args(args: argparse.Namespace, *, run_config: bool = False) -> Any
     hf_logging.disable_progress_bar()
 
     overrides = command_overrides(args)
-    if run_config and args.config is None and args.run_dir:
-        saved = Path(args.run_dir) / "config.yaml"
-        if saved.exists():  # rods evaluate --run-dir: the run's own environment, limits and dtype
+    if run_config and args.config is None:
+        saved = run_config_file(args)
+        if saved is not None:  # rods evaluate --run-dir / --policy: the run's own environment, limits and dtype
             return load_config(saved, overrides)
     cfg = load_config(args.config or "default", overrides)
+    if args.config is not None:
+        note_config_without_base(args.config)
     if not getattr(args, "resume", False):
         return cfg
     saved = Path(cfg.run_dir) / "config.yaml"
@@ -83,6 +86,39 @@ def load_from_args(args: argparse.Namespace, *, run_config: bool = False) -> Any
         note(f"resume: note: the warm start is done (sft_policy/ is reused), so {', '.join(late)} "
               f"{'is' if len(late) == 1 else 'are'} ignored; the run keeps the value{'s' * (len(late) > 1)} it ran with")
     return cfg
+
+
+def note_config_without_base(name: str) -> None:
+    """A config file of the user's without ``base:`` starts from the code's defaults (``TrainConfig``), not from the
+    main job's ``default.yaml``: say so, since a file that sets a few fields usually means to change the main job."""
+    import dataclasses
+
+    import yaml
+
+    from .config import CONFIG_DIR, TrainConfig, resolve_config_path
+
+    path = resolve_config_path(name).resolve()
+    if path.parent == CONFIG_DIR.resolve():
+        return
+    raw = yaml.safe_load(path.read_text()) or {}
+    # a run's saved config.yaml sets every field: nothing comes from the code's defaults
+    if isinstance(raw, dict) and "base" not in raw and any(f.name not in raw for f in dataclasses.fields(TrainConfig)):
+        note(f"note: config {name} has no 'base:', so every field it does not set takes the code's default "
+             "(rods_gym.trainer.config), not the main job's (add 'base: default' to change a few fields of it)")
+
+
+def run_config_file(args: argparse.Namespace) -> Path | None:
+    """The saved ``config.yaml`` that ``rods evaluate`` reads when no ``--config`` is given: ``--run-dir``'s, or the
+    run that ``--policy`` was saved in (its ``sft_policy/`` or a checkpoint's ``policy/``); None when neither has one."""
+    from .checkpoint import run_of_policy
+
+    if args.run_dir:
+        saved = Path(args.run_dir) / "config.yaml"
+        return saved if saved.exists() else None
+    if getattr(args, "policy", None):
+        run = run_of_policy(args.policy)
+        return run / "config.yaml" if run is not None else None
+    return None
 
 
 def note(message: str) -> None:
@@ -187,8 +223,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "type (and --samples sampled episodes per task)")
     _add_config_args(p, run_dir_help="a run to evaluate: its latest policy and its saved config (nothing is written)",
                      example="data.env_id=rods/ToolChain-Compact-v0 rollout.max_turns=16")
-    p.add_argument("--policy", default=None, help="saved policy directory (default: the latest policy of --run-dir, "
-                   "else --model / the config's policy)")
+    p.add_argument("--policy", default=None, help="saved policy directory, or a GRPO checkpoint holding one (default: "
+                   "the latest policy of --run-dir, else --model / the config's policy); without --config, the config of "
+                   "the run it was saved in (RUN/config.yaml) when there is one")
     p.add_argument("--splits", default=None, help="comma-separated splits or JSONL paths (default: eval.splits)")
     p.add_argument("--tasks", type=int, default=None, help="tasks per split (default: eval.tasks)")
     p.add_argument("--samples", type=int, default=0, help="also N episodes per task sampled at rollout.temperature, "
@@ -399,7 +436,7 @@ def run_sft(args: argparse.Namespace) -> int:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    from .checkpoint import latest_policy
+    from .checkpoint import latest_policy, policy_dir
     from .loop import evaluation_engine
     from .pipeline import apply_threads, check_policy_for_run, env_mode, job_evaluation, make_accelerator
     from .policy import load_policy, make_policy
@@ -412,12 +449,13 @@ def run_evaluate(args: argparse.Namespace) -> int:
     apply_threads(cfg)
     n = args.tasks if args.tasks is not None else cfg.eval.tasks
     splits = [s.strip() for s in args.splits.split(",")] if args.splits else list(cfg.eval.splits)
-    saved = args.policy or (latest_policy(args.run_dir) if args.run_dir else None)
+    saved = policy_dir(args.policy) if args.policy else (latest_policy(args.run_dir) if args.run_dir else None)
     if saved and not args.policy:
         print(f"evaluating {saved} (the run's latest policy)", file=sys.stderr)
-    if args.run_dir and args.config is None and (Path(args.run_dir) / "config.yaml").exists():
-        print(f"in {cfg.data.env_id} with the run's config ({Path(args.run_dir) / 'config.yaml'}; --config or "
-              "overrides to change it)", file=sys.stderr)
+    run_config = run_config_file(args) if args.config is None else None
+    if run_config is not None:
+        print(f"in {cfg.data.env_id} with the run's config ({run_config}; --config or overrides to change it)",
+              file=sys.stderr)
 
     def prepare() -> tuple[Any, dict[str, list]]:
         if n < 1:
@@ -451,7 +489,12 @@ def run_evaluate(args: argparse.Namespace) -> int:
               "tiny model; pass --policy RUN_DIR/sft_policy or --run-dir RUN_DIR to evaluate a trained one",
               file=sys.stderr)
     # the job's own evaluation: greedy, plus --samples episodes per task sampled at rollout.temperature
-    results = job_evaluation(cfg, evaluation_engine(cfg, policy), sets, accelerator, samples=args.samples)
+    import warnings
+
+    with warnings.catch_warnings():  # the checks above already said, per split, which first prompts leave no room
+        warnings.filterwarnings("ignore", message=r"the first prompt of .* exceeds rollout\.max_context",
+                                category=UserWarning)
+        results = job_evaluation(cfg, evaluation_engine(cfg, policy), sets, accelerator, samples=args.samples)
     if not accelerator.is_main_process:  # under accelerate launch the processes share the tasks; one reports
         return 0
     if args.json:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -449,9 +450,11 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
         inner = [a for a in args if a is not type(None)]
         return _convert(inner[0], value, where)
     if origin is tuple:
-        if not isinstance(value, (list, tuple)):
-            raise ValueError(f"config {where}: expected a list, got {value!r}")
         args = typing.get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis and isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            value = [value]  # a list of any length: one value is a list of one (eval.splits=test)
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"config {where}: expected a list, got {value!r} (on the command line: {where}=[a,b])")
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(_convert(args[0], v, where) for v in value)
         if len(args) != len(value):
@@ -518,7 +521,7 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items:
         if "=" not in item:
-            raise ValueError(f"override {item!r} must look like section.key=value (e.g. grpo.lr=1e-4)")
+            raise ValueError(f"override {item!r} must look like key=value (e.g. steps=50 or grpo.lr=1e-4)")
         key, raw = item.split("=", 1)
         try:
             value = yaml_load(raw) if raw.strip() else ""
@@ -550,7 +553,16 @@ def merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def resolve_config_path(path: str | Path) -> Path:
-    """A config file path, or the name of a shipped config (``default``, ``chat_tiny``, ...)."""
+    """A config file path, or the name of a shipped config (``default``, ``chat_tiny``, ...).
+
+    A bare name (a string without a directory part or a ``.yaml``/``.yml`` suffix) is the shipped config
+    of that name when there is one, even if the working directory holds a file or folder of the same name
+    (a run folder called ``seeds`` must not stand in for the ``seeds`` config); write ``./seeds`` for the
+    local file."""
+    text = str(path)
+    bare = isinstance(path, str) and "/" not in text and os.sep not in text and Path(text).suffix not in (".yaml", ".yml")
+    if bare and (CONFIG_DIR / f"{text}.yaml").exists():
+        return CONFIG_DIR / f"{text}.yaml"
     p = Path(path)
     if p.is_dir():
         raise IsADirectoryError(f"config {str(path)!r} is a directory; give a YAML file or a shipped config's name")

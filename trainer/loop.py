@@ -371,7 +371,10 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         set_global_rng_state(state["global_rng"])
         load_rank_rng(ckpt, rank, generator)
         start_step, history, evals = int(state["step"]), list(state["history"]), list(state["evals"])
-        if main:
+        if main and start_step >= cfg.steps:
+            print(f"resume: GRPO is already done (checkpoint {ckpt.name}, step {start_step} of {cfg.steps}); nothing "
+                  "trains, the evaluation after GRPO runs again (raise steps=N to train on)", flush=True)
+        elif main:
             print(f"resume: GRPO continues from checkpoint {ckpt.name} (step {start_step} of {cfg.steps})", flush=True)
     model, optimizer = accelerator.prepare(policy.model, optimizer)
     optimizer.zero_grad(set_to_none=True)

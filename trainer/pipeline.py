@@ -486,7 +486,8 @@ def check_view_vocabulary(cfg: TrainConfig, policy: Policy, episodes: int = 3) -
     if unknown <= 0.05:
         return None
     message = (f"the policy's tokenizer ({policy.name}) does not know {unknown:.0%} of the tokens of {cfg.data.env_id}'s "
-               f"episodes (data.slot_ids={cfg.data.slot_ids}): was it saved for another view or other slot ids?")
+               f"episodes (data.slot_ids={cfg.data.slot_ids}): was it saved for another view or other slot ids? Use the "
+               "config it was trained with (--config NAME, or rods evaluate --run-dir RUN)")
     warnings.warn(message, stacklevel=2)
     return message
 

@@ -291,5 +291,6 @@ def check_policy_view(policy: Policy, mode: str, env_id: str) -> None:
     view = getattr(policy.model.config, "rods_gym_view", None)
     if view is not None and view != mode:
         raise ValueError(f"policy {policy.name} was built for the {view} view, and data.env_id {env_id!r} is the "
-                         f"{mode} view; use a {view}-view environment (e.g. rods/ToolChain-{view.capitalize()}-v0)")
+                         f"{mode} view; use the config it was trained with (--config NAME, or --run-dir RUN), or a {view}-view "
+                         f"environment (e.g. rods/ToolChain-{view.capitalize()}-v0)")
 

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         tiers = tuple(int(x) for x in args.tiers.split(",") if x.strip())
         seeds = _load(args.seeds)
     except (ValueError, FileNotFoundError) as exc:
-        print(f"rods synth: {exc}", file=sys.stderr)
+        print(f"rods synth: error: {exc}", file=sys.stderr)
         return 2
     held_tasks: list[TaskSpec] = []
     used = []
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
                 used.append(spec)
             except FileNotFoundError as exc:
                 if spec not in SPLITS:
-                    print(f"rods synth: {exc}", file=sys.stderr)
+                    print(f"rods synth: error: {exc}", file=sys.stderr)
                     return 2
                 print(f"note: split {spec!r} is not built; not decontaminating against it", file=sys.stderr)
     suite = Suite.load(args.domains)
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = ResamplerConfig(tiers=tiers, exclude_tools=exclude_tools)
     except ValueError as exc:
-        print(f"rods synth: {exc}", file=sys.stderr)
+        print(f"rods synth: error: {exc}", file=sys.stderr)
         return 2
     cls = NaiveResampler if args.naive else Resampler
     resampler = cls(suite, decontaminate=held_tasks, config=config)
