@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from collections import OrderedDict
 from pathlib import Path
@@ -47,6 +48,10 @@ def config_of(cls: type, value: Any, name: str) -> Any:
     if value is None or isinstance(value, cls):
         return value
     if isinstance(value, Mapping):
+        fields = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(str(k) for k in value if k not in fields)
+        if unknown:
+            raise TypeError(f"{name}: unknown field(s) {unknown}; {cls.__name__} has {', '.join(fields)}")
         try:
             return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in value.items()})
         except TypeError as exc:
@@ -131,6 +136,9 @@ class ToolChainEnv(gym.Env):
     # -- task selection ----------------------------------------------------------------
     def _resolve_task(self, options: Mapping[str, Any] | None) -> TaskSpec:
         options = options or {}
+        if not isinstance(options, Mapping):
+            raise TypeError(f"reset options must be a dict such as {{'task': ..., 'split': 'test'}}, not "
+                            f"{type(options).__name__}")
         unknown = set(options) - {"task", "split"}
         if unknown:
             raise ValueError(f"unknown reset options {sorted(unknown)}; use 'task' and/or 'split'")

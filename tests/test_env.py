@@ -102,6 +102,21 @@ def test_make_vec(vectorization_mode: str, env_id: str) -> None:
         envs.close()
 
 
+@pytest.mark.parametrize("env_id", ["rods/ToolChain-v0", "rods/ToolChain-Compact-v0"])
+def test_async_vector_envs_of_the_text_views_refuse_shared_memory_in_one_clear_error(env_id: str) -> None:
+    """With shared memory (AsyncVectorEnv's default) Gymnasium 1.x would return padding for every Text
+    observation; the text views' space makes that an error that names the fix, before any worker starts."""
+    with pytest.raises(TypeError, match=r"vector_kwargs=\{'shared_memory': False\}"):
+        gym.make_vec(env_id, num_envs=2, vectorization_mode="async")
+    space = gym.make(env_id).observation_space
+    assert isinstance(space, gym.spaces.Text)  # still a Text space to every other tool
+    envs = gym.make_vec(env_id, num_envs=2, vectorization_mode="sync")  # sync vectors never used shared memory
+    try:
+        assert all(o.strip() for o in envs.reset(seed=[1, 2])[0])
+    finally:
+        envs.close()
+
+
 def test_sync_vector_env_with_oracle_actions() -> None:
     """Drive a SyncVectorEnv with each sub-env's oracle: every finished episode returns 1."""
     envs = gym.make_vec("rods/ToolChain-Medium-Structured-v0", num_envs=2, vectorization_mode="sync")
@@ -225,6 +240,9 @@ def test_reset_seeding_and_options(easy_tasks, suite) -> None:
         env2.reset(options={"task": "nope"})
     with pytest.raises(ValueError, match="unknown reset options"):
         env2.reset(options={"tsk": task})
+    with pytest.raises(TypeError, match="reset options must be a dict such as .*, not str"):
+        env2.reset(options="test")  # not read letter by letter as options 't', 'e', 's'
+    assert env2.reset(options={"task": task.id})[1]["task_id"] == task.id  # and the env still works
     dev = rods_gym.load_split("dev")
     _, info = env.reset(seed=1, options={"split": "dev"})
     assert info["task_id"] in {t.id for t in dev}
@@ -469,7 +487,7 @@ def test_configs_as_dicts_and_calls_before_reset(easy_tasks) -> None:
     assert term and info["success"] and ret == pytest.approx(3.0)
     env = gym.make("rods/ToolChain-v0", sampler_config={"depth": [3, 3], "extra_calls": [0, 0]})
     assert env.unwrapped.sampler.config.depth == (3, 3)
-    with pytest.raises(TypeError, match="reward: .*unexpected keyword argument 'bonus'"):
+    with pytest.raises(TypeError, match=r"reward: unknown field\(s\) \['bonus'\]; RewardConfig has error_penalty, success_bonus"):
         ToolChainEnv(reward={"bonus": 1.0})
     with pytest.raises(TypeError, match="sampler_config must be a SamplerConfig or a dict of its fields, not int"):
         ToolChainEnv(sampler_config=3)

@@ -23,6 +23,7 @@ import gymnasium as gym
 
 from ..episode import Action, Ask, Invalid, Reply, ToolCall
 from .base import Renderer
+from .text_space import TranscriptText
 
 if TYPE_CHECKING:
     from ..episode import Episode, StepOutcome
@@ -136,7 +137,7 @@ class ChatRenderer(Renderer):
     def __init__(self, suite: Any) -> None:
         super().__init__(suite)
         # min_length=0: the step that ends the episode (the final reply) adds no message
-        self.observation_space = gym.spaces.Text(max_length=MAX_OBS_CHARS, min_length=0, charset="".join(sorted(CHARSET)))
+        self.observation_space = TranscriptText(max_length=MAX_OBS_CHARS, min_length=0, charset="".join(sorted(CHARSET)))
         self.action_space = gym.spaces.Text(max_length=MAX_ACTION_CHARS, charset="".join(sorted(CHARSET)))
         self.messages: list[dict[str, Any]] = []
         self.tools: list[dict[str, Any]] = []

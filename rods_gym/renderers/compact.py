@@ -37,6 +37,7 @@ import numpy as np
 from ..episode import Action, Ask, ERROR_CLASSES, Invalid, Reply, ToolCall
 from ..task import format_value
 from .base import Renderer, SlotTable
+from .text_space import TranscriptText
 
 if TYPE_CHECKING:
     from ..episode import Episode, StepOutcome
@@ -84,7 +85,7 @@ class CompactRenderer(Renderer):
         self.vocab = vocabulary(suite)
         words = [*self.vocab, *(w for part in typed_slot_parts(suite) for w in part)] if slot_ids == "typed" else self.vocab
         charset = "".join(sorted({ch for w in words for ch in w} | {" ", "\n"}))
-        self.observation_space = gym.spaces.Text(max_length=MAX_OBS_CHARS, min_length=0, charset=charset)  # "" ends it
+        self.observation_space = TranscriptText(max_length=MAX_OBS_CHARS, min_length=0, charset=charset)  # "" ends it
         self.action_space = gym.spaces.Text(max_length=MAX_ACTION_CHARS, charset=charset)
         self._tokens = frozenset(self.vocab)
         self.slots = SlotTable(N_SLOTS, self._keep_types)
