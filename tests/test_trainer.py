@@ -22,7 +22,7 @@ from rods_gym.trainer.metrics import read_jsonl
 from rods_gym.trainer.pipeline import prepare_inputs
 from rods_gym.trainer.policy import load_policy
 from rods_gym.trainer.sources import available_sources, make_source
-from rods_gym.trainer.task_source import FixedSeeds
+from rods_gym.trainer.task_source import FixedSeeds, TaskSource
 from rods_gym.trainer.threads import torch_threads
 
 from conftest import TIMING_METRICS, SFTCrash, crash_warm_start_after, warm_tiny_policy
@@ -119,6 +119,74 @@ def test_source_registry(task_file: Path, tmp_path: Path) -> None:
     assert isinstance(src, FixedSeeds) and len(src.next_batch(0, 7)) == 7
     with pytest.raises(ValueError, match="unknown task source 'nope'.*fixed"):
         make_source("nope", cfg, seeds, 0)
+
+
+def test_a_source_of_your_own_is_checked_before_any_rollout(task_file: Path, warm_policy: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """grpo_train(source=...) names what a custom source lacks before the first rollout, and refuses a batch of
+    the wrong size at the step that gives it; a complete source of a few lines trains."""
+    import rods_gym.trainer.loop as loop
+
+    seeds = seed_tasks()
+
+    class Minimal:  # no telemetry, state_dict or load_state_dict
+        name = "minimal"
+
+        def next_batch(self, step: int, n_tasks: int) -> list:
+            return seeds[:n_tasks]
+
+        def observe(self, step: int, groups) -> None:
+            pass
+
+    def no_rollouts(*args, **kwargs):
+        raise AssertionError("a rollout ran before the source was checked")
+
+    cfg = tiny_config(task_file, tmp_path / "a", steps="1")
+    with monkeypatch.context() as m:
+        m.setattr(loop, "rollout_round", no_rollouts)
+        with pytest.raises(TypeError, match=r"task source 'minimal' \(Minimal\) lacks \['telemetry', 'state_dict', "
+                                            r"'load_state_dict'\] of the TaskSource interface"):
+            grpo_train(cfg, load_policy(warm_policy), seeds, run_dir=cfg.run_dir, accelerator=Accelerator(cpu=True),
+                       source=Minimal())
+
+    class Complete(Minimal):
+        name = "complete"
+
+        def __init__(self, give: int | None = None) -> None:
+            self.give, self.seen = give, 0
+
+        def next_batch(self, step: int, n_tasks: int) -> list:
+            return seeds[:self.give or n_tasks]
+
+        def observe(self, step: int, groups) -> None:
+            self.seen += len(groups)
+
+        def telemetry(self) -> dict:
+            return {"seen": float(self.seen)}
+
+        def state_dict(self) -> dict:
+            return {"seen": self.seen}
+
+        def load_state_dict(self, state: dict) -> None:
+            self.seen = state["seen"]
+
+    assert isinstance(Complete(), TaskSource)
+    with pytest.raises(ValueError, match=r"task source 'complete' gave 1 tasks for step 1; next_batch must return "
+                                         r"rollout.tasks_per_step=2"):
+        grpo_train(cfg, load_policy(warm_policy), seeds, run_dir=tmp_path / "b", accelerator=Accelerator(cpu=True),
+                   source=Complete(give=1))
+    source = Complete()
+    result = grpo_train(cfg, load_policy(warm_policy), seeds, run_dir=tmp_path / "c", accelerator=Accelerator(cpu=True),
+                        source=source)
+    assert source.seen == 2 and result.history[-1]["source/seen"] == 2.0
+
+
+def test_config_overrides_as_a_mapping_may_be_dotted_or_nested() -> None:
+    cfg = load_config("default", {"grpo.lr": 1e-4, "rollout": {"group_size": 4}, "data.source_options": {"a.b": 1}})
+    assert (cfg.grpo.lr, cfg.rollout.group_size, cfg.data.source_options) == (1e-4, 4, {"a.b": 1})
+    assert load_config("default", {"grpo": {"lr": 2e-4}}).grpo.lr == 2e-4
+    with pytest.raises(ValueError, match="unknown key"):
+        load_config("default", {"grpo.lrr": 1e-4})
 
 
 # -- the loop, checkpoints and resume --------------------------------------------------------

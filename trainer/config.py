@@ -451,7 +451,8 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
         return _convert(inner[0], value, where)
     if origin is tuple:
         args = typing.get_args(tp)
-        if len(args) == 2 and args[1] is Ellipsis and isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        one = isinstance(value, (str, int, float)) and not isinstance(value, bool) and "," not in str(value)
+        if len(args) == 2 and args[1] is Ellipsis and one:
             value = [value]  # a list of any length: one value is a list of one (eval.splits=test)
         if not isinstance(value, (list, tuple)):
             raise ValueError(f"config {where}: expected a list, got {value!r} (on the command line: {where}=[a,b])")
@@ -605,15 +606,21 @@ def read_config_file(path: str | Path, chain: tuple[Path, ...] = ()) -> dict[str
     if not relative.is_file() and not shipped.is_file():
         raise FileNotFoundError(f"config file {p}: base {base!r} is neither a file next to it ({relative}) nor a "
                                 f"shipped config ({', '.join(sorted(q.stem for q in CONFIG_DIR.glob('*.yaml')))})")
-    inherited = read_config_file(relative if relative.is_file() else shipped, (*chain, p))
+    # as for --config: a bare name is the shipped config of that name when there is one (./NAME: the file)
+    bare = "/" not in base and os.sep not in base and Path(base).suffix not in (".yaml", ".yml")
+    inherited = read_config_file(shipped if (bare and shipped.is_file()) or not relative.is_file() else relative,
+                                 (*chain, p))
     if "name" in data and "run_dir" not in data:  # a run of its own: runs/<its name>, not the base's directory
         inherited.pop("run_dir", None)
     return merge(inherited, data)
 
 
 def load_config(path: str | Path | None = None, overrides: Sequence[str] | Mapping[str, Any] = ()) -> TrainConfig:
+    """The config file ``path`` (a shipped name or a YAML path; None: the code's defaults) with ``overrides``:
+    ``["grpo.lr=1e-4", ...]`` as on the command line, or a mapping, nested (``{"grpo": {"lr": 1e-4}}``) or
+    dotted (``{"grpo.lr": 1e-4}``)."""
     data: dict[str, Any] = read_config_file(path) if path is not None else {}
-    extra = parse_overrides(overrides) if not isinstance(overrides, Mapping) else overrides
+    extra = parse_overrides(overrides) if not isinstance(overrides, Mapping) else undot(overrides)
     derived = data.get("run_dir") in (None, f"runs/{data.get('name')}")  # the file's run_dir follows its name
     data = merge(data, extra)
     if "name" in data and "run_dir" not in extra and derived:  # a renamed run moves with its name
@@ -624,6 +631,18 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] | Mappi
         if path is not None and (not extra or _file_alone_fails_alike(path, exc)):
             raise ValueError(f"{exc} (in the config file {resolve_config_path(path)} or its base)") from None
         raise
+
+
+def undot(mapping: Mapping[str, Any]) -> dict[str, Any]:
+    """A mapping whose dotted keys (``"grpo.lr"``) are nested (``{"grpo": {"lr": ...}}``), merged with its nested ones."""
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        if isinstance(value, Mapping) and str(key).split(".")[-1] != "source_options":  # a source's own keys stay
+            value = undot(value)
+        nested: dict[str, Any] = {}
+        set_dotted(nested, str(key), value)
+        out = merge(out, nested)
+    return out
 
 
 def _file_alone_fails_alike(path: str | Path, exc: ValueError) -> bool:

@@ -46,7 +46,7 @@ from .rollout import (RolloutEngine, RolloutSettings, RolloutStats, Trajectory, 
                       branch_before_first_miss, misses)
 from .sft import Demo, advance_schedule, demonstrations, sft_batch_loss
 from .sources import make_source, source_env_options
-from .task_source import GroupResult, TaskSource
+from .task_source import GroupResult, TaskSource, check_task_source
 from .threads import torch_threads
 
 
@@ -314,6 +314,7 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
     # here): the sampling generator and the reference model are made on the policy's device
     policy.model.to(accelerator.device)
     source = source if source is not None else make_source(cfg.data.source, cfg, seeds, rng_seed=cfg.seed)
+    check_task_source(source)  # a source of your own (source=...): what it lacks, before any rollout
     generator = torch.Generator(device=policy.device).manual_seed(cfg.seed * 1_000_003 + rank)
     start_step, history, evals = 0, [], []
     refuse_stale_checkpoints(run_dir, resume=resume)
@@ -433,6 +434,9 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         #    for refill rounds. Every process rolls out its share of each round and sees every group.
         rounds: list[RolloutRound] = []
         more = source.next_batch(step, r.tasks_per_step)
+        if len(more) != r.tasks_per_step:
+            raise ValueError(f"task source {source.name!r} gave {len(more)} tasks for step {step + 1}; "
+                             f"next_batch must return rollout.tasks_per_step={r.tasks_per_step}")
         for round_ in range(1 + refill_rounds):
             if round_ > 0:
                 more = source.refill(step)  # type: ignore[attr-defined]

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 from rods_gym.task import TaskSpec
 
 from .config import TrainConfig
-from .task_source import FixedSeeds, TaskSource
+from .task_source import FixedSeeds, TaskSource, check_task_source
 
 SourceFactory = Callable[[TrainConfig, Sequence[TaskSpec], int], TaskSource]
 OPTIONAL_MODULES = ("rods_gym.trainer.rods", "rods_gym.trainer.curricula")
@@ -66,9 +66,7 @@ def make_source(name: str, cfg: TrainConfig, seeds: Sequence[TaskSpec], rng_seed
         text = str(exc)
         raise ValueError(text if text.startswith(("data.", "config ")) else
                          f"data.source_options of data.source={name}: {text}") from None
-    missing = [m for m in ("next_batch", "observe", "telemetry", "state_dict", "load_state_dict") if not hasattr(source, m)]
-    if missing:
-        raise TypeError(f"task source {name!r} lacks {missing} of the TaskSource interface")
+    check_task_source(source, name)
     return source
 
 

@@ -29,6 +29,24 @@ class GroupResult:
 
 @runtime_checkable
 class TaskSource(Protocol):
+    """What the training loop asks of a curriculum. Required: ``name`` and the methods below
+    (``check_task_source`` names any that are missing before the first step). ``next_batch`` must
+    return exactly ``n_tasks`` tasks.
+
+    Optional hooks, looked up with ``getattr`` (a source without them gets the default):
+
+    - ``extra_rollouts`` (int, default 0): rollouts the source consumed beyond the trainer's (DAPO-style
+      resampling); counted in budgets and logged.
+    - ``env_id`` (str) and ``env_kwargs`` (dict): train in another environment than ``data.env_id``
+      (the augmentation arm's); evaluation always uses the plain one.
+    - ``env_options(task) -> dict``: per-task ``reset`` options.
+    - ``select(groups) -> list[GroupResult]`` and ``refill(step) -> list[TaskSpec]``: DAPO-style dynamic
+      sampling (``curricula.arms.DynamicSampling``): keep the informative groups, ask for more tasks.
+
+    A source of your own reaches ``rods train`` through the ``rods_gym.sources`` entry-point group
+    (``sources.available_sources``), or ``grpo_train(..., source=...)`` from Python.
+    """
+
     name: str
 
     def next_batch(self, step: int, n_tasks: int) -> list[TaskSpec]:
@@ -46,9 +64,19 @@ class TaskSource(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         ...
 
-    @property
-    def extra_rollouts(self) -> int:
-        """Rollouts the source consumed beyond the trainer's (DAPO-style resampling); counted in budgets."""
+
+REQUIRED_METHODS = ("next_batch", "observe", "telemetry", "state_dict", "load_state_dict")
+
+
+def check_task_source(source: Any, name: str | None = None) -> None:
+    """A ``TypeError`` naming what ``source`` lacks of the ``TaskSource`` interface (before any rollout)."""
+    missing = [m for m in REQUIRED_METHODS if not callable(getattr(source, m, None))]
+    if not isinstance(getattr(source, "name", None), str):
+        missing.insert(0, "name (a str attribute)")
+    if missing:
+        label = name or getattr(source, "name", None) or type(source).__name__
+        raise TypeError(f"task source {label!r} ({type(source).__name__}) lacks {missing} of the TaskSource interface "
+                        "(rods_gym.trainer.task_source)")
 
 
 class FixedSeeds:
