@@ -106,6 +106,10 @@ def test_a_shipped_config_name_is_not_shadowed_by_a_local_file_or_folder(tmp_pat
     (tmp_path / "seeds").write_text("base: default\nname: mine\nsteps: 3\n")
     mine = load_config("./seeds")  # a path reads the local file
     assert mine.name == "mine" and mine.steps == 3 and load_config("seeds") == shipped_seeds
+    (tmp_path / "child.yaml").write_text("base: seeds\nname: child\n")  # base: follows the same rule
+    assert load_config("child.yaml").sft.data == shipped_seeds.sft.data and load_config("child.yaml").steps != 3
+    (tmp_path / "child2.yaml").write_text("base: ./seeds\nname: child2\n")
+    assert load_config("child2.yaml").steps == 3
     (tmp_path / "only_here").write_text("base: default\nname: here\n")
     assert load_config("only_here").name == "here"  # no shipped config of that name: the local file
 
@@ -116,17 +120,22 @@ def test_a_config_file_without_a_base_is_noted(tmp_path: Path, capsys) -> None:
     save_config(load_config("default"), tmp_path / "saved.yaml")  # a run's saved config: every field set
     cfg = load_from_args(_args("train", "--config", str(tmp_path / "bare.yaml")))
     assert cfg.data.source == "fixed"  # the code's default, not the main job's rods
-    assert "has no 'base:', so every field it does not set takes the code's default" in capsys.readouterr().out
+    captured = capsys.readouterr()  # on stderr: rods evaluate --json keeps stdout for its JSON
+    assert "has no 'base:', so every field it does not set takes the code's default" in captured.err
+    assert captured.out == ""
     for quiet in ("based.yaml", "saved.yaml"):
         load_from_args(_args("train", "--config", str(tmp_path / quiet)))
-        assert "has no 'base:'" not in capsys.readouterr().out, quiet
+        assert "has no 'base:'" not in capsys.readouterr().err, quiet
     load_from_args(_args("train", "--config", "seeds"))  # a shipped config
-    assert "has no 'base:'" not in capsys.readouterr().out
+    assert "has no 'base:'" not in capsys.readouterr().err
 
 
 def test_list_fields_take_one_value_and_overrides_name_their_form() -> None:
     assert load_config("default", ["eval.splits=test"]).eval.splits == ("test",)
     assert load_config("default", ["eval.splits=[test,dev]"]).eval.splits == ("test", "dev")
+    with pytest.raises(ValueError, match=r"eval.splits: expected a list, got 'test,dev' \(on the command line: "
+                                         r"eval.splits=\[a,b\]\)"):
+        load_config("default", ["eval.splits=test,dev"])  # not one split named "test,dev"
     with pytest.raises(ValueError, match=r"grpo.adam_betas: expected a list, got 0.9 \(on the command line"):
         load_config("default", ["grpo.adam_betas=0.9"])  # a fixed-length list still needs its values
     with pytest.raises(ValueError, match=r"override 'grpo' must look like key=value \(e.g. steps=50 or grpo.lr=1e-4\)"):
@@ -545,6 +554,12 @@ def test_evaluate_finds_a_runs_latest_policy(tmp_path: Path, capsys, monkeypatch
                  "--splits", "dev"]) == 0  # --config wins
     assert "with the run's config" not in capsys.readouterr().err
     assert seen[-1][0] == "rods/ToolChain-Compact-v0" and seen[-1][2] == 16
+    monkeypatch.setenv("HOME", str(tmp_path))  # a quoted ~ path (the shell did not expand it) finds the run too
+    assert main(["evaluate", "--policy", "~/run/checkpoints/step-000003", "--tasks", "2", "--splits", "dev"]) == 0
+    assert "with the run's config" in capsys.readouterr().err and seen[-1][2] == 3
+    with pytest.raises(SystemExit):  # a hub name is still a hub name, not a missing local directory
+        main(["evaluate", "--policy", "no-such-org/no-such-model", "--tasks", "1"])
+    assert "not a local directory and not in the Hugging Face cache" in capsys.readouterr().err
     shutil.copytree(run / "sft_policy", tmp_path / "elsewhere")  # saved outside a run: the default config
     assert main(["evaluate", "--policy", str(tmp_path / "elsewhere"), "--tasks", "2", "--splits", "dev"]) == 0
     assert "with the run's config" not in capsys.readouterr().err and seen[-1][0] == "rods/ToolChain-Compact-v0"

@@ -47,7 +47,7 @@ def latest_policy(run_dir: str | Path) -> Path | None:
 def policy_dir(path: str | Path) -> Path:
     """A saved policy directory as the user may name it: the directory itself, or a GRPO checkpoint
     (``RUN/checkpoints/step-N``) whose ``policy/`` it holds."""
-    p = Path(path)
+    p = Path(path).expanduser()
     if not (p / "config.json").exists() and (p / "policy" / "config.json").exists():
         return p / "policy"
     return p

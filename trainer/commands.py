@@ -104,7 +104,8 @@ def note_config_without_base(name: str) -> None:
     # a run's saved config.yaml sets every field: nothing comes from the code's defaults
     if isinstance(raw, dict) and "base" not in raw and any(f.name not in raw for f in dataclasses.fields(TrainConfig)):
         note(f"note: config {name} has no 'base:', so every field it does not set takes the code's default "
-             "(rods_gym.trainer.config), not the main job's (add 'base: default' to change a few fields of it)")
+             "(rods_gym.trainer.config), not the main job's (add 'base: default' to change a few fields of it)",
+             stderr=True)
 
 
 def run_config_file(args: argparse.Namespace) -> Path | None:
@@ -121,11 +122,12 @@ def run_config_file(args: argparse.Namespace) -> Path | None:
     return None
 
 
-def note(message: str) -> None:
+def note(message: str, *, stderr: bool = False) -> None:
     """Print ``message`` once per job: on the main process of an ``accelerate launch`` (which sets ``RANK``), alone
-    otherwise. Config notes come before the accelerator exists, so its ``is_main_process`` cannot be asked yet."""
+    otherwise. Config notes come before the accelerator exists, so its ``is_main_process`` cannot be asked yet.
+    ``stderr``: there, not on standard output (which ``rods evaluate --json`` keeps for its JSON)."""
     if os.environ.get("RANK", "0") == "0":
-        print(message, flush=True)
+        print(message, flush=True, file=sys.stderr if stderr else sys.stdout)
 
 
 def restore_config_from_checkpoint(run_dir: Path) -> None:
@@ -449,7 +451,9 @@ def run_evaluate(args: argparse.Namespace) -> int:
     apply_threads(cfg)
     n = args.tasks if args.tasks is not None else cfg.eval.tasks
     splits = [s.strip() for s in args.splits.split(",")] if args.splits else list(cfg.eval.splits)
-    saved = policy_dir(args.policy) if args.policy else (latest_policy(args.run_dir) if args.run_dir else None)
+    # --policy: a local directory (or a checkpoint holding one), else a hub name for load_policy to resolve
+    saved = ((policy_dir(args.policy) if Path(args.policy).expanduser().is_dir() else args.policy) if args.policy
+             else (latest_policy(args.run_dir) if args.run_dir else None))
     if saved and not args.policy:
         print(f"evaluating {saved} (the run's latest policy)", file=sys.stderr)
     run_config = run_config_file(args) if args.config is None else None
@@ -489,12 +493,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
               "tiny model; pass --policy RUN_DIR/sft_policy or --run-dir RUN_DIR to evaluate a trained one",
               file=sys.stderr)
     # the job's own evaluation: greedy, plus --samples episodes per task sampled at rollout.temperature
-    import warnings
-
-    with warnings.catch_warnings():  # the checks above already said, per split, which first prompts leave no room
-        warnings.filterwarnings("ignore", message=r"the first prompt of .* exceeds rollout\.max_context",
-                                category=UserWarning)
-        results = job_evaluation(cfg, evaluation_engine(cfg, policy), sets, accelerator, samples=args.samples)
+    results = job_evaluation(cfg, evaluation_engine(cfg, policy), sets, accelerator, samples=args.samples)
     if not accelerator.is_main_process:  # under accelerate launch the processes share the tasks; one reports
         return 0
     if args.json:

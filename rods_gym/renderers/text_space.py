@@ -27,4 +27,4 @@ def _refuse_shared_memory(space: TranscriptText, n: int = 1, ctx: ModuleType = m
     raise TypeError("the rods_gym text views (chat, compact) cannot pass observations through shared memory: "
                     "Gymnasium 1.x would return padding instead of the text (its issue #1164). Build the async vector "
                     "env without it: gym.make_vec(id, n, vectorization_mode='async', "
-                    "vector_kwargs={'shared_memory': False})")
+                    "vector_kwargs={'shared_memory': False}), or AsyncVectorEnv(env_fns, shared_memory=False)")
