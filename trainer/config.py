@@ -553,6 +553,11 @@ def merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def is_bare_name(text: str) -> bool:
+    """Whether a config reference is a bare name (``seeds``), not a path (``./seeds``, ``my.yaml``, ``dir/x``)."""
+    return "/" not in text and os.sep not in text and Path(text).suffix not in (".yaml", ".yml")
+
+
 def resolve_config_path(path: str | Path) -> Path:
     """A config file path, or the name of a shipped config (``default``, ``chat_tiny``, ...).
 
@@ -560,10 +565,8 @@ def resolve_config_path(path: str | Path) -> Path:
     of that name when there is one, even if the working directory holds a file or folder of the same name
     (a run folder called ``seeds`` must not stand in for the ``seeds`` config); write ``./seeds`` for the
     local file."""
-    text = str(path)
-    bare = isinstance(path, str) and "/" not in text and os.sep not in text and Path(text).suffix not in (".yaml", ".yml")
-    if bare and (CONFIG_DIR / f"{text}.yaml").exists():
-        return CONFIG_DIR / f"{text}.yaml"
+    if isinstance(path, str) and is_bare_name(path) and (CONFIG_DIR / f"{path}.yaml").exists():
+        return CONFIG_DIR / f"{path}.yaml"
     p = Path(path)
     if p.is_dir():
         raise IsADirectoryError(f"config {str(path)!r} is a directory; give a YAML file or a shipped config's name")
@@ -607,9 +610,8 @@ def read_config_file(path: str | Path, chain: tuple[Path, ...] = ()) -> dict[str
         raise FileNotFoundError(f"config file {p}: base {base!r} is neither a file next to it ({relative}) nor a "
                                 f"shipped config ({', '.join(sorted(q.stem for q in CONFIG_DIR.glob('*.yaml')))})")
     # as for --config: a bare name is the shipped config of that name when there is one (./NAME: the file)
-    bare = "/" not in base and os.sep not in base and Path(base).suffix not in (".yaml", ".yml")
-    inherited = read_config_file(shipped if (bare and shipped.is_file()) or not relative.is_file() else relative,
-                                 (*chain, p))
+    inherited = read_config_file(shipped if (is_bare_name(base) and shipped.is_file()) or not relative.is_file()
+                                 else relative, (*chain, p))
     if "name" in data and "run_dir" not in data:  # a run of its own: runs/<its name>, not the base's directory
         inherited.pop("run_dir", None)
     return merge(inherited, data)
