@@ -234,6 +234,26 @@ def test_the_cli_prints_a_warning_of_what_it_reads_in_one_line(tmp_path: Path, c
                       "a tool with that many parameters"]
 
 
+def test_a_warning_raised_during_training_is_one_line_too(tmp_path: Path, capsys, monkeypatch) -> None:
+    import warnings
+
+    import rods_gym.trainer.pipeline as pipeline
+
+    def training(cfg, resume=False, inputs=None):  # a warning once the work has begun, e.g. from the rollouts
+        warnings.warn("the first prompt of 1 of 8 episodes exceeds rollout.max_context", stacklevel=2)
+        warnings.warn("some deprecation", DeprecationWarning, stacklevel=2)  # not ours to reword
+        return {"done": True}
+
+    monkeypatch.setattr(pipeline, "run_training", training)
+    before = warnings.showwarning
+    assert main(["train", "--run-dir", str(tmp_path / "run"), "steps=1", "eval.tasks=1"]) == 0
+    err = capsys.readouterr().err
+    assert "rods train: warning: the first prompt of 1 of 8 episodes exceeds rollout.max_context\n" in err
+    assert "UserWarning" not in err and "warnings.warn(" not in err
+    assert "rods train: warning: some deprecation" not in err  # other categories keep Python's (or pytest's) form
+    assert warnings.showwarning is before  # restored after the command
+
+
 def _fake_checkpoint(run_dir: Path, step: int) -> None:
     ckpt = run_dir / "checkpoints" / f"step-{step:06d}"
     ckpt.mkdir(parents=True)

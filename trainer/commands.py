@@ -355,9 +355,30 @@ def run_train(args: argparse.Namespace) -> int:
         from .checkpoint import check_source_resumes
 
         _or_exit("train", lambda: check_source_resumes(cfg.run_dir, inputs.source))
-    with _resumable("train", cfg.run_dir), _one_line_errors("train"):
+    with _resumable("train", cfg.run_dir), _one_line_errors("train"), _one_line_warnings("train"):
         summary = run_training(cfg, resume=args.resume, inputs=inputs)
     return 0 if summary else 1
+
+
+@contextlib.contextmanager
+def _one_line_warnings(command: str) -> Iterator[None]:
+    """A ``UserWarning`` raised once the work has begun (e.g. a rollout batch whose first prompts leave no room
+    for an action) as one line, like those of the checks before any work, not with a source line;
+    ``RODS_TRACEBACK=1`` keeps Python's form. The previous ``warnings.showwarning`` comes back on exit."""
+    import warnings
+
+    with warnings.catch_warnings():
+        shown = warnings.showwarning
+
+        def show(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
+                 line: str | None = None) -> None:
+            if issubclass(category, UserWarning) and not os.environ.get("RODS_TRACEBACK"):
+                print(f"rods {command}: warning: {message}", file=sys.stderr, flush=True)
+            else:
+                shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        yield
 
 
 @contextlib.contextmanager
@@ -423,7 +444,7 @@ def run_sft(args: argparse.Namespace) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, run_dir / "config.yaml")
 
-    with _resumable("sft", cfg.run_dir), _one_line_errors("sft"):
+    with _resumable("sft", cfg.run_dir), _one_line_errors("sft"), _one_line_warnings("sft"):
         warm_start(cfg, policy, inputs.seeds, accelerator, run_dir, args.resume, lambda *a: _print(accelerator, *a))
         # the job's own held-out evaluation, split across processes under accelerate launch
         results = job_evaluation(cfg, evaluation_engine(cfg, policy), inputs.eval_sets, accelerator)
