@@ -30,6 +30,23 @@ def test_group_advantages_dr_grpo_has_no_std() -> None:
         group_advantages(returns, "median")
 
 
+def test_group_advantages_scaled_by_the_batch_std_by_hand() -> None:
+    returns = torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.5, 0.5, 0.5, 0.0]])
+    # TRL's scale_rewards="batch": centred within each group, divided by the std of all eight returns
+    std = float(returns.flatten().std())  # sample std of (1, 0, 0, 1, .5, .5, .5, 0), mean 0.4375: sqrt(1.21875 / 7)
+    assert std == pytest.approx(math.sqrt(1.21875 / 7))
+    adv = group_advantages(returns, "batch", eps=1e-4, batch_std=std)
+    s = std + 1e-4
+    assert torch.allclose(adv, torch.tensor([[0.5 / s, -0.5 / s, -0.5 / s, 0.5 / s],
+                                             [0.125 / s, 0.125 / s, 0.125 / s, -0.375 / s]]), atol=1e-6)
+    # unlike the group scale, a group with a small spread keeps small advantages
+    assert adv[1].abs().max() < group_advantages(returns, "group")[1].abs().max()
+    with pytest.raises(ValueError, match="batch_std is the scale of scale='batch'"):
+        group_advantages(returns, "batch")
+    with pytest.raises(ValueError, match="batch_std is the scale of scale='batch'"):
+        group_advantages(returns, "group", batch_std=std)
+
+
 def test_group_advantages_against_a_greedy_baseline_by_hand() -> None:
     returns = torch.tensor([[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0], [0.5, 0.5, 0.5, 0.5]])
     greedy = torch.tensor([1.0, 0.0, 0.5])

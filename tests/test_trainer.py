@@ -181,6 +181,25 @@ def test_a_source_of_your_own_is_checked_before_any_rollout(task_file: Path, war
     assert source.seen == 2 and result.history[-1]["source/seen"] == 2.0
 
 
+def test_the_batch_scale_divides_by_the_std_of_every_return_of_the_step(task_file: Path, warm_policy: Path,
+                                                                        tmp_path: Path, monkeypatch) -> None:
+    import rods_gym.trainer.loop as loop
+
+    calls: list = []
+    real = loop.group_advantages
+
+    def spy(returns, scale, eps, baseline=None, batch_std=None):
+        calls.append((returns.clone(), scale, batch_std))
+        return real(returns, scale, eps, baseline, batch_std)
+
+    monkeypatch.setattr(loop, "group_advantages", spy)
+    _run(tiny_config(task_file, tmp_path / "b", steps="2", **{"grpo.scale_rewards": "batch"}), warm_policy)
+    assert len(calls) == 2  # one per step (one process: every group of the step is its own)
+    for returns, scale, batch_std in calls:
+        assert scale == "batch" and returns.shape == (2, 3)
+        assert batch_std == pytest.approx(float(returns.flatten().std()), abs=1e-6)
+
+
 def test_config_overrides_as_a_mapping_may_be_dotted_or_nested() -> None:
     cfg = load_config("default", {"grpo.lr": 1e-4, "rollout": {"group_size": 4}, "data.source_options": {"a.b": 1}})
     assert (cfg.grpo.lr, cfg.rollout.group_size, cfg.data.source_options) == (1e-4, 4, {"a.b": 1})
@@ -579,6 +598,7 @@ def test_advantage_and_loss_options_change_the_update(task_file: Path, warm_poli
                 "positive": {"grpo.negative_weight": "0.0"}, "discounted": {"grpo.gamma": "0.5"},
                 "step_only": {"grpo.action_weight": "1.0", "grpo.action_grouping": "state", "grpo.episode_weight": "0.0"},
                 "miss_credit": {"grpo.miss_credit": "nonpositive"},
+                "batch_scale": {"grpo.scale_rewards": "batch"},  # TRL's "batch": the step's std, not each group's
                 # GSPO's sequence ratio: equal to the token ratios on-policy, so it differs from the second
                 # optimizer step on (tiny_config: 2 epochs x 2 minibatches)
                 "gspo": {"grpo.importance_sampling_level": "sequence"}}
@@ -609,6 +629,9 @@ def test_advantage_and_loss_options_change_the_update(task_file: Path, warm_poli
     assert read_jsonl(tmp_path / "built" / "metrics.jsonl")[0]["sft_loss"] > 0
     with pytest.raises(ValueError, match="sft_weight"):
         load_config(None, ["grpo.sft_weight=1", "sft.enabled=false"])
+    with pytest.raises(ValueError, match=r"grpo.scale_rewards=batch .* not defined with rollout.branch_size > 0, "
+                                         r"grpo.baseline=greedy"):
+        load_config(None, ["grpo.scale_rewards=batch", "rollout.branch_size=2", "grpo.baseline=greedy"])
 
     def traj(ids: list[int], spans: list[tuple[int, int]]) -> Trajectory:
         transcript = Transcript(ids, [0] * len(ids), [0.0] * len(ids))

@@ -134,7 +134,8 @@ class GRPOConfig:
     adam_eps: float = 1e-8
     warmup_steps: int = 0
     scheduler: str = "constant"  # constant | linear | cosine (over TrainConfig.steps)
-    scale_rewards: str = "group"  # group: (R - mean) / (std + eps); none: Dr.GRPO (R - mean)
+    scale_rewards: str = "group"  # group: (R - mean) / (std + eps); batch: / (std of the step's returns + eps), as
+                                  # TRL's scale_rewards="batch"; none: Dr.GRPO (R - mean)
     aggregation: str = "token"  # token | sequence | dr_grpo (sum / (n_seqs * max completion tokens))
     eps_low: float = 0.2
     eps_high: float = 0.28
@@ -288,7 +289,7 @@ def env_kwargs(cfg: "TrainConfig") -> dict[str, Any]:
 
 
 CHOICES = {
-    ("grpo", "scale_rewards"): ("group", "none"),
+    ("grpo", "scale_rewards"): ("group", "batch", "none"),
     ("grpo", "aggregation"): ("token", "sequence", "dr_grpo"),
     ("grpo", "scheduler"): ("constant", "linear", "cosine"),
     ("grpo", "action_grouping"): ("group", "state"),
@@ -410,6 +411,12 @@ def check_config(cfg: TrainConfig) -> None:
         raise ValueError("config rollout.branch_oracle=true needs branch groups with greedy continuations "
                          f"(rollout.branch_size >= 2 and rollout.branch_continuation=greedy), got branch_size="
                          f"{cfg.rollout.branch_size}, branch_continuation={cfg.rollout.branch_continuation}")
+    batch_with = [what for what, on in (("rollout.branch_size > 0", cfg.rollout.branch_size > 0),
+                                        ("grpo.action_weight > 0", cfg.grpo.action_weight > 0),
+                                        ("grpo.baseline=greedy", cfg.grpo.baseline == "greedy")) if on]
+    if cfg.grpo.scale_rewards == "batch" and batch_with:
+        raise ValueError(f"config grpo.scale_rewards=batch scales the start groups' advantages by the std of the step's "
+                         f"returns; it is not defined with {', '.join(batch_with)} (use group or none there)")
     if not cfg.grpo.train_start_groups and cfg.rollout.branch_size == 0:
         raise ValueError("config grpo.train_start_groups=false trains only branch groups, but rollout.branch_size is 0 "
                          "(no branches): nothing would train")

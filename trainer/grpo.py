@@ -32,22 +32,28 @@ from transformers import modeling_utils
 
 from .generation import forward_parameters, no_cache
 
-SCALES = ("group", "none")
+SCALES = ("group", "none")  # per-action advantages (state_advantages): within a group, or not scaled
+EPISODE_SCALES = ("group", "batch", "none")  # group_advantages also takes the step's batch std (TRL's "batch")
 AGGREGATIONS = ("token", "sequence", "dr_grpo")
 IMPORTANCE_LEVELS = ("token", "sequence")
 
 
 def group_advantages(returns: torch.Tensor, scale: str = "group", eps: float = 1e-4,
-                     baseline: torch.Tensor | None = None) -> torch.Tensor:
-    """``returns``: [n_groups, G] -> advantages of the same shape.
+                     baseline: torch.Tensor | None = None, batch_std: float | None = None) -> torch.Tensor:
+    """``returns``: [n_groups, G] -> advantages of the same shape: each return minus its group's mean,
+    divided by the group's std + ``eps`` (``scale="group"``), by ``batch_std`` + ``eps`` (``"batch"``: the std
+    of every return of the training step, which the caller computes over all processes' groups), or not
+    at all (``"none"``, Dr.GRPO).
 
     ``baseline`` ([n_groups]): a return to compare each group's rollouts with instead of the group's mean
     (ReMax: the task's greedy episode's); with ``scale="group"`` the std is then that of the group's
     returns and the baseline together (G + 1 values), which is never 0 where some advantage is not, so
     a group whose rollouts all beat (or all lose to) the baseline gets bounded advantages (at most
     sqrt(G + 1) in size)."""
-    if scale not in SCALES:
-        raise ValueError(f"unknown advantage scale {scale!r}; choose one of {SCALES}")
+    if scale not in EPISODE_SCALES:
+        raise ValueError(f"unknown advantage scale {scale!r}; choose one of {EPISODE_SCALES}")
+    if (scale == "batch") != (batch_std is not None):
+        raise ValueError("batch_std is the scale of scale='batch' (the std of the step's returns), and only of it")
     if returns.dim() != 2:
         raise ValueError(f"returns must be [n_groups, G], got shape {tuple(returns.shape)}")
     if baseline is None:
@@ -58,6 +64,8 @@ def group_advantages(returns: torch.Tensor, scale: str = "group", eps: float = 1
         centered, spread = returns - baseline[:, None], torch.cat([returns, baseline[:, None]], dim=1)
     if scale == "none":
         return centered
+    if scale == "batch":
+        return centered / (float(batch_std) + eps)
     std = spread.std(dim=1, keepdim=True) if spread.shape[1] > 1 else torch.zeros_like(spread[:, :1])
     return centered / (std + eps)
 

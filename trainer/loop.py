@@ -466,10 +466,14 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         # grpo.baseline greedy (ReMax): each group against its task's greedy episode; branch groups against their mean
         baseline = (torch.tensor([rounds[round_].greedy_returns[i] for round_, i in start_ids], dtype=torch.float32)
                     if g.baseline == "greedy" else None)
+        # grpo.scale_rewards=batch: the std of every kept group's returns, all processes' (each sees every group)
+        batch_std = (float(torch.tensor([x for j in kept for x in rounds[every[j][0]].groups[every[j][1]].returns]).std())
+                     if g.scale_rewards == "batch" and kept else None)
         advantages = [a for rets, base in ((returns, baseline), (branch_returns(branch_groups, g.gamma), None))
                       if rets.numel()
-                      for a in (g.episode_weight * weigh_negatives(group_advantages(rets, g.scale_rewards, g.adv_eps, base),
-                                                                   g.negative_weight)).view(-1).tolist()]
+                      for a in (g.episode_weight * weigh_negatives(
+                          group_advantages(rets, g.scale_rewards, g.adv_eps, base, batch_std), g.negative_weight)
+                      ).view(-1).tolist()]
         if g.action_weight > 0 and train_groups:  # (weighted) episode advantage on every token + the action's own term
             if g.action_grouping == "state":
                 grouped = state_advantages([[(action_states(tr), tr.rewards) for tr in grp] for grp in train_groups],
