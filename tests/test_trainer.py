@@ -938,9 +938,9 @@ def test_greedy_branches_retry_the_first_miss(task_file: Path, warm_policy: Path
     seen: list = []
     real_advantages = loop_module.group_advantages
 
-    def spy(returns, scale, eps, baseline=None):
+    def spy(returns, scale, eps, baseline=None, batch_std=None):
         seen.append((returns, baseline))
-        return real_advantages(returns, scale, eps, baseline)
+        return real_advantages(returns, scale, eps, baseline, batch_std)
 
     monkeypatch.setattr(loop_module, "group_advantages", spy)
     # (on the seeds, which the warm start solves greedily and not always at T=1.5: groups with spread in step 1)
