@@ -77,9 +77,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # a path the command cannot read or write (--out /proc/x, a --run-dir that is a file)
         if exc.filename is None or os.environ.get("RODS_TRACEBACK"):
             raise
-        paths = f"{exc.filename}" + (f" -> {exc.filename2}" if exc.filename2 is not None else "")
-        what = (f"{exc.filename} is a file, where a directory is needed" if isinstance(exc, FileExistsError)
-                and os.path.isfile(exc.filename) else f"{exc.strerror}: {paths}" if exc.strerror else str(exc))
+        if isinstance(exc, FileExistsError) and os.path.isfile(exc.filename):
+            what = f"{exc.filename} is a file, where a directory is needed"
+        elif exc.strerror:
+            what = f"{exc.strerror}: {exc.filename}" + (f" -> {exc.filename2}" if exc.filename2 is not None else "")
+        else:
+            what = str(exc)
         print(f"rods {args.command}: error: {what} (check the path; RODS_TRACEBACK=1 shows where)", file=sys.stderr)
         return 2
 

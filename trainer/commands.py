@@ -93,14 +93,12 @@ def note_config_without_base(name: str) -> None:
     main job's ``default.yaml``: say so, since a file that sets a few fields usually means to change the main job."""
     import dataclasses
 
-    import yaml
-
-    from .config import CONFIG_DIR, TrainConfig, resolve_config_path
+    from .config import CONFIG_DIR, TrainConfig, resolve_config_path, yaml_load
 
     path = resolve_config_path(name).resolve()
     if path.parent == CONFIG_DIR.resolve():
         return
-    raw = yaml.safe_load(path.read_text()) or {}
+    raw = yaml_load(path.read_text()) or {}
     # a run's saved config.yaml sets every field: nothing comes from the code's defaults
     if isinstance(raw, dict) and "base" not in raw and any(f.name not in raw for f in dataclasses.fields(TrainConfig)):
         note(f"note: config {name} has no 'base:', so every field it does not set takes the code's default "
@@ -472,9 +470,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
     apply_threads(cfg)
     n = args.tasks if args.tasks is not None else cfg.eval.tasks
     splits = [s.strip() for s in args.splits.split(",")] if args.splits else list(cfg.eval.splits)
-    # --policy: a local directory (or a checkpoint holding one), else a hub name for load_policy to resolve
-    saved = ((policy_dir(args.policy) if Path(args.policy).expanduser().is_dir() else args.policy) if args.policy
-             else (latest_policy(args.run_dir) if args.run_dir else None))
+    if args.policy:  # a local directory (or a checkpoint holding one), else a hub name for load_policy to resolve
+        saved = policy_dir(args.policy) if Path(args.policy).expanduser().is_dir() else args.policy
+    else:
+        saved = latest_policy(args.run_dir) if args.run_dir else None
     if saved and not args.policy:
         print(f"evaluating {saved} (the run's latest policy)", file=sys.stderr)
     run_config = run_config_file(args) if args.config is None else None

@@ -617,8 +617,11 @@ def read_config_file(path: str | Path, chain: tuple[Path, ...] = ()) -> dict[str
         raise FileNotFoundError(f"config file {p}: base {base!r} is neither a file next to it ({relative}) nor a "
                                 f"shipped config ({', '.join(sorted(q.stem for q in CONFIG_DIR.glob('*.yaml')))})")
     # as for --config: a bare name is the shipped config of that name when there is one (./NAME: the file)
-    inherited = read_config_file(shipped if (is_bare_name(base) and shipped.is_file()) or not relative.is_file()
-                                 else relative, (*chain, p))
+    if is_bare_name(base) and shipped.is_file():
+        target = shipped
+    else:
+        target = relative if relative.is_file() else shipped
+    inherited = read_config_file(target, (*chain, p))
     if "name" in data and "run_dir" not in data:  # a run of its own: runs/<its name>, not the base's directory
         inherited.pop("run_dir", None)
     return merge(inherited, data)

@@ -313,8 +313,10 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
     # on the accelerator's device from the start (a pretrained model without a warm start is still on the CPU
     # here): the sampling generator and the reference model are made on the policy's device
     policy.model.to(accelerator.device)
-    source = source if source is not None else make_source(cfg.data.source, cfg, seeds, rng_seed=cfg.seed)
-    check_task_source(source)  # a source of your own (source=...): what it lacks, before any rollout
+    if source is None:
+        source = make_source(cfg.data.source, cfg, seeds, rng_seed=cfg.seed)  # checked there
+    else:
+        check_task_source(source)  # a source of your own: what it lacks, before any rollout
     generator = torch.Generator(device=policy.device).manual_seed(cfg.seed * 1_000_003 + rank)
     start_step, history, evals = 0, [], []
     refuse_stale_checkpoints(run_dir, resume=resume)
@@ -467,8 +469,8 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         baseline = (torch.tensor([rounds[round_].greedy_returns[i] for round_, i in start_ids], dtype=torch.float32)
                     if g.baseline == "greedy" else None)
         # grpo.scale_rewards=batch: the std of every kept group's returns, all processes' (each sees every group)
-        batch_std = (float(torch.tensor([x for j in kept for x in rounds[every[j][0]].groups[every[j][1]].returns]).std())
-                     if g.scale_rewards == "batch" and kept else None)
+        kept_returns = [x for round_, i in (every[j] for j in kept) for x in rounds[round_].groups[i].returns]
+        batch_std = float(torch.tensor(kept_returns).std()) if g.scale_rewards == "batch" and kept else None
         advantages = [a for rets, base in ((returns, baseline), (branch_returns(branch_groups, g.gamma), None))
                       if rets.numel()
                       for a in (g.episode_weight * weigh_negatives(
