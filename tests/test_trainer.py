@@ -17,7 +17,7 @@ from accelerate import Accelerator
 from rods_gym import TaskSampler, DIFFICULTIES, default_suite
 from rods_gym.trainer.checkpoint import latest_checkpoint
 from rods_gym.trainer.config import TrainConfig, load_config, parse_overrides
-from rods_gym.trainer.loop import grpo_train
+from rods_gym.trainer.loop import grpo_train, summed_over_processes
 from rods_gym.trainer.metrics import read_jsonl
 from rods_gym.trainer.pipeline import prepare_inputs
 from rods_gym.trainer.policy import load_policy
@@ -251,7 +251,7 @@ KILLER = textwrap.dedent("""
     from accelerate import Accelerator
     from rods_gym import TaskSampler, DIFFICULTIES, default_suite
     from rods_gym.trainer.config import load_config
-    from rods_gym.trainer.loop import grpo_train
+    from rods_gym.trainer.loop import grpo_train, summed_over_processes
     from rods_gym.trainer.policy import load_policy
     from rods_gym.trainer.task_source import FixedSeeds
 
@@ -1135,3 +1135,26 @@ def test_rods_sft_reports_the_jobs_evaluation_and_train_resume_reuses_it(tmp_pat
     calls.clear()
     assert main(["train", "--run-dir", str(run), "--resume", "eval.samples=0", "steps=3"]) == 0
     assert len(calls) == 2  # the saved evaluation had other samples: the warm start is played again
+
+
+def test_cross_process_sums_travel_on_the_accelerators_device() -> None:
+    """NCCL reduces CUDA tensors only: the loop's sums (stop-at-time vote, token counts, metrics) must be
+    reduced on the accelerator's device. A stand-in accelerator on the ``meta`` device records where they are."""
+    class TwoProcesses:
+        num_processes, device = 2, torch.device("meta")
+        seen: list[torch.device] = []
+
+        def reduce(self, tensor: torch.Tensor, reduction: str) -> torch.Tensor:
+            assert reduction == "sum"
+            self.seen.append(tensor.device)
+            return torch.full(tensor.shape, 3.0)  # the sum, as a backend would return it
+
+    acc = TwoProcesses()
+    assert summed_over_processes(acc, [1.0, torch.tensor(2)]) == [3.0, 3.0]
+    assert acc.seen == [torch.device("meta")]
+
+    class Alone(TwoProcesses):
+        num_processes = 1
+
+    assert summed_over_processes(Alone(), [True, torch.tensor(2), 0.5]) == [1.0, 2.0, 0.5]
+    assert len(acc.seen) == 1  # one process: nothing is reduced

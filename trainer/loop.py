@@ -282,6 +282,18 @@ def reference_logprobs(ref_model: torch.nn.Module, batch: Batch, micro: int, tem
     return torch.cat(parts)
 
 
+def summed_over_processes(accelerator: Accelerator, values: Sequence[float | torch.Tensor]) -> list[float]:
+    """The element-wise sums of ``values`` over every process (this process's own when it runs alone).
+
+    The float32 vector is reduced on the accelerator's device: NCCL, the multi-GPU backend, reduces
+    CUDA tensors only (a CPU tensor there fails with "No backend type associated with device type cpu").
+    """
+    local = torch.tensor([float(v) for v in values], dtype=torch.float32)
+    if accelerator.num_processes == 1:
+        return local.tolist()
+    return accelerator.reduce(local.to(accelerator.device), reduction="sum").cpu().tolist()
+
+
 def check_source_fits_rollout(source: TaskSource, rollout: RolloutConfig) -> None:
     """Refuse rollout settings the task source cannot serve (``prepare_inputs`` calls it before any work)."""
     if isinstance(source, DynamicSampling) and rollout.branch_size > 0:
@@ -425,10 +437,9 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
     step = start_step
     for step in range(start_step, cfg.steps):
         if cfg.time_limit_min > 0:
-            out_of_time = torch.tensor([float(time.perf_counter() - t_start > 60.0 * cfg.time_limit_min)])
-            if world > 1:  # every process must stop at the same step
-                out_of_time = accelerator.reduce(out_of_time, reduction="sum")
-            if float(out_of_time) > 0:
+            # every process must stop at the same step
+            out_of_time, = summed_over_processes(accelerator, [time.perf_counter() - t_start > 60.0 * cfg.time_limit_min])
+            if out_of_time > 0:
                 result.stopped_by_time = True
                 break
         t0 = time.perf_counter()
@@ -523,9 +534,8 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
                 order = np.random.default_rng([cfg.seed, step, epoch]).permutation(len(batch))
                 for mb in np.array_split(order, g.minibatches):
                     mb_batch = batch.select(mb)
-                    local = torch.tensor([float(mb_batch.action_mask.sum()), float(real[mb].sum())])
-                    totals = accelerator.reduce(local, reduction="sum") if world > 1 else local
-                    n_tokens, n_seqs = float(totals[0]) / world, float(totals[1]) / world
+                    totals = summed_over_processes(accelerator, [mb_batch.action_mask.sum(), real[mb].sum()])
+                    n_tokens, n_seqs = totals[0] / world, totals[1] / world
                     if n_tokens == 0.0:  # nothing generated in this minibatch on any process: no loss, no step
                         continue
                     # micro-batches of similar lengths pad little; the global normalizers keep the sum exact
@@ -565,10 +575,7 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
                         "grad_norm": float(np.mean(finite_norms)) if finite_norms else 0.0,
                         "sft_loss": float(np.mean(ptx_losses)) if ptx_losses else 0.0,
                         **branch_counts(rounds, g.gamma)}
-        stat_vec = torch.tensor(list(local_totals.values()))
-        if world > 1:
-            stat_vec = accelerator.reduce(stat_vec, reduction="sum")
-        tot = dict(zip(local_totals, stat_vec.tolist()))
+        tot = dict(zip(local_totals, summed_over_processes(accelerator, list(local_totals.values()))))
         groups = [grp for rnd in rounds for grp in rnd.light]
         all_trajs = [t for grp in groups for t in grp]
         rets = np.array([t.ret for t in all_trajs])
