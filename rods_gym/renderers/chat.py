@@ -57,11 +57,43 @@ def sanitize(text: str, limit: int = MAX_OBS_CHARS) -> str:
     return text
 
 
+# deeper JSON is refused before parsing: where Python's own parser gives up (RecursionError) differs between
+# versions (3.11 stops near 1,000 levels, 3.12 parsed 3,000), and the error must not
+MAX_JSON_DEPTH = 1000
+
+
+def too_deep(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether ``[``/``{`` nest deeper than ``limit`` in ``text`` (brackets in strings skipped; the text
+    need not be valid JSON)."""
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    depth, in_string, escaped = 0, False, False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif ch in "]}":
+            depth -= 1
+    return False
+
+
 def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
 def parse_tool_json(text: str) -> Action:
+    if too_deep(text):
+        return Invalid("malformed", f"the tool call JSON is nested too deeply (over {MAX_JSON_DEPTH} levels)")
     try:
         obj = json.loads(text, parse_constant=_no_constants)
     except RecursionError:
@@ -79,6 +111,8 @@ def parse_tool_json(text: str) -> Action:
         return Invalid("malformed", 'the tool call needs a "name" string')
     args = obj.get("arguments", obj.get("parameters", {}))
     if isinstance(args, str):
+        if too_deep(args):
+            return Invalid("malformed", f'"arguments" is a string of JSON nested over {MAX_JSON_DEPTH} levels')
         try:
             args = json.loads(args, parse_constant=_no_constants) if args.strip() else {}
         except (ValueError, RecursionError):
@@ -91,7 +125,7 @@ def parse_tool_json(text: str) -> Action:
 
 def _is_call_list(text: str) -> bool:
     """Whether ``text`` is a JSON list of objects: parallel tool calls, which get an error, not a reply."""
-    if not text.startswith("["):
+    if not text.startswith("[") or too_deep(text):
         return False
     try:
         obj = json.loads(text, parse_constant=_no_constants)
