@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -183,6 +184,29 @@ def run_oracle(env: Any, limit: int = 200) -> tuple[float, dict[str, Any], bool,
         if term or trunc:
             break
     return total, info, term, trunc
+
+
+@pytest.fixture(autouse=True)
+def fresh_accelerator_state() -> Iterator[None]:
+    """Each test picks its own device. accelerate keeps one device choice per process, and tests mix
+    ``Accelerator(cpu=True)`` (exact CPU arithmetic) with the pipeline's ``make_accelerator()``, which
+    takes a GPU where there is one: on a GPU machine the second refused to start in the same process
+    (seen on an H200). Reset before and after each test, as accelerate's own AccelerateTestCase does."""
+    try:
+        from accelerate.state import AcceleratorState
+    except ImportError:  # the suite without the train extra
+        yield
+        return
+    AcceleratorState._reset_state(reset_partial_state=True)
+    yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+
+def cpu_only_env(**extra: str) -> dict[str, str]:
+    """The environment of a subprocess that must run on the CPU (gloo) on any machine: no GPU visible.
+    On a one-GPU machine ``accelerate launch --multi_gpu --num_processes 2`` otherwise gives rank 1 a GPU
+    that does not exist."""
+    return {**os.environ, "CUDA_VISIBLE_DEVICES": "", **extra}
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@ the update uses only the groups the source selects, and a killed run resumes to 
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -24,7 +23,7 @@ from rods_gym.trainer.policy import load_policy
 from rods_gym.trainer.rollout import RolloutEngine
 from rods_gym.trainer.task_source import GroupResult
 
-from conftest import TIMING_METRICS, benchmarks_on_path, warm_tiny_policy
+from conftest import TIMING_METRICS, benchmarks_on_path, cpu_only_env, warm_tiny_policy
 from conftest import easy_seed_tasks as seed_tasks
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
@@ -230,7 +229,7 @@ def test_two_processes_agree_on_the_dapo_selection(task_file: Path, warm_policy:
     launcher = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or shutil.which("accelerate")
     assert launcher is not None, "the accelerate launcher is part of the train extra"
     (tmp_path / "worker.py").write_text(WORKER)
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
+    env = cpu_only_env(PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
     proc = subprocess.run([launcher, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
                            "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29547",
                            str(tmp_path / "worker.py"), str(tmp_path), str(task_file), str(warm_policy)],
