@@ -437,7 +437,7 @@ def run_sft(args: argparse.Namespace) -> int:
     apply_threads(cfg)
     inputs = _or_exit("sft", lambda: prepare_inputs(cfg, check_source=False, resume=args.resume))
     policy = inputs.policy
-    accelerator = make_accelerator()
+    accelerator = make_accelerator(cfg.deterministic)
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, run_dir / "config.yaml")
@@ -506,7 +506,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         return policy, sets
 
     policy, sets = _or_exit("evaluate", prepare)
-    accelerator = make_accelerator()
+    accelerator = make_accelerator(cfg.deterministic)
     policy.model.to(accelerator.device)  # a GPU's when there is one
     if not saved and cfg.policy.model == "tiny":
         print("note: no --policy given (and no trained policy in --run-dir), so this evaluates a freshly initialised "

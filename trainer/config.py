@@ -257,6 +257,10 @@ class TrainConfig:
     tensorboard: bool = True
     progress_bar: bool = True
     threads: int = 0  # torch CPU threads per process (0: torch's default)
+    # on a GPU: deterministic kernels (torch.use_deterministic_algorithms, cuBLAS's fixed workspace), so that the
+    # same seed repeats a run on the same machine and software. Off is faster for large models and lets ops
+    # with no deterministic CUDA kernel run (on, torch raises on them naming the op). The CPU repeats either way.
+    deterministic: bool = True
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     data: DataConfig = field(default_factory=DataConfig)
