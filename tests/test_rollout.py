@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rods_gym.trainer.config import PolicyConfig
-from rods_gym.trainer.generation import generate_actions
+from rods_gym.trainer.generation import generate_actions, truncated_probs
 from rods_gym.trainer.grpo import make_batch, token_logprobs
 from rods_gym.trainer.policy import build_tiny_policy
 from dataclasses import replace
@@ -160,6 +160,47 @@ def test_batched_generation_equals_one_at_a_time(compact_policy) -> None:
         [b.ids for b in batched]  # all flagged: no generator needed
     with pytest.raises(ValueError, match="3 rows"):
         generate_actions(compact_policy.model, prompts, greedy=[True], **kw)
+
+
+def test_top_k_and_top_p_cut_what_is_sampled_not_the_logprobs(compact_policy, easy_tasks) -> None:
+    logp = torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.25, 0.25, 0.4, 0.1]], dtype=torch.float64).log()
+    cut = lambda **kw: truncated_probs(logp, **kw).numpy().round(6).tolist()  # noqa: E731
+    assert cut() == [[0.5, 0.3, 0.15, 0.05], [0.25, 0.25, 0.4, 0.1]]
+    assert cut(top_k=2) == [[0.5, 0.3, 0, 0], [0.25, 0.25, 0.4, 0]]  # ties with the k-th stay
+    assert cut(top_k=1) == [[0.5, 0, 0, 0], [0, 0, 0.4, 0]]
+    assert cut(top_p=0.8) == [[0.5, 0.3, 0, 0], [0.25, 0.25, 0.4, 0]]  # the smallest set with mass >= 0.8
+    assert cut(top_p=0.5) == [[0.5, 0, 0, 0], [0.25, 0.25, 0.4, 0]]
+    assert cut(top_p=0.4) == [[0.5, 0, 0, 0], [0, 0, 0.4, 0]]
+    assert cut(top_k=2, top_p=0.6) == [[0.5, 0, 0, 0], [0.25, 0.25, 0.4, 0]]  # top_p of what top_k left (0.625)
+    assert cut(top_k=10, top_p=1.0) == cut()
+    # generation: with k = 1 (or a tiny nucleus) a hot sampler decodes greedily, and records the log-probs
+    # of the untruncated distribution at its temperature, the ones the update recomputes
+    prompts = [[1, 4, 9, 10, 11, 5], [1, 4, 12, 5], [1, 4, 20, 21, 22, 23, 24, 25, 5]]
+    kw = dict(stop_ids=compact_policy.stop_ids, pad_id=compact_policy.pad_id, max_new_tokens=6, temperature=2.0)
+    cold = generate_actions(compact_policy.model, prompts, greedy=True, **kw)
+    for cut_kw in ({"top_k": 1}, {"top_p": 1e-6}):
+        one = generate_actions(compact_policy.model, prompts, generator=torch.Generator().manual_seed(1), **kw, **cut_kw)
+        assert [g.ids for g in one] == [g.ids for g in cold]
+        assert max(abs(a - b) for g, c in zip(one, cold) for a, b in zip(g.logprobs, c.logprobs)) < 1e-6
+    # episodes: with k = 3 every action token is among the 3 most likely, and the recorded log-probs are
+    # the recomputed untruncated ones
+    settings = RolloutSettings(max_action_tokens=6, max_turns=3, temperature=2.0, top_k=3)
+    engine = RolloutEngine(compact_policy, "rods/ToolChain-Compact-v0", settings)
+    trajs, stats = engine.run(easy_tasks[:4], 3, generator=torch.Generator().manual_seed(0))
+    lp, batch = _recomputed(compact_policy, trajs, 2.0)
+    m = batch.action_mask.bool()
+    assert int(m.sum()) == stats.gen_tokens > 0 and (lp - batch.old_logp)[m].abs().max().item() < 1e-4
+    with torch.no_grad():
+        logits = compact_policy.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1]
+    rank = (logits > logits.gather(-1, batch.input_ids[:, 1:, None])).sum(-1)  # tokens more likely than the one taken
+    assert int(rank[m].max()) <= 2 and int(rank[m].max()) > 0  # within the top 3, not always the most likely
+    free = RolloutEngine(compact_policy, "rods/ToolChain-Compact-v0", replace(settings, top_k=0))
+    untruncated, _ = free.run(easy_tasks[:4], 3, generator=torch.Generator().manual_seed(0))
+    lp_free, batch_free = _recomputed(compact_policy, untruncated, 2.0)
+    with torch.no_grad():
+        logits = compact_policy.model(input_ids=batch_free.input_ids, attention_mask=batch_free.attention_mask).logits
+    rank_free = (logits[:, :-1] > logits[:, :-1].gather(-1, batch_free.input_ids[:, 1:, None])).sum(-1)
+    assert int(rank_free[batch_free.action_mask.bool()].max()) > 2  # at T=2 the uncut sampler leaves the top 3
 
 
 def test_forced_rows_take_their_ids_with_the_policys_logprobs(compact_policy) -> None:

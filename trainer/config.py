@@ -91,6 +91,12 @@ class RolloutConfig:
     group_size: int = 8  # G rollouts per task
     tasks_per_step: int = 16
     temperature: float = 1.0
+    # sample from the k most likely tokens only (0: off), then from the smallest set of those whose mass
+    # reaches top_p (1.0: off), as transformers' generate and TRL's GRPOConfig. The log-probs the update's
+    # ratio uses stay those of the untruncated distribution at temperature (TRL's and verl's choice).
+    # Sampled evaluation episodes use them too; greedy ones are unaffected
+    top_k: int = 0
+    top_p: float = 1.0
     max_action_tokens: int = 24
     max_turns: int = 12
     max_context: int = 1024  # episodes whose context would exceed this stop (counted as truncated)
@@ -349,6 +355,10 @@ def check_config(cfg: TrainConfig) -> None:
         raise ValueError(f"config data.source={cfg.data.source!r}: choose one of {sorted(available_sources())}")
     if cfg.rollout.temperature <= 0:
         raise ValueError("config rollout.temperature must be > 0 (evaluation is greedy by itself)")
+    if cfg.rollout.top_k < 0:
+        raise ValueError(f"config rollout.top_k must be >= 0 (0: off), got {cfg.rollout.top_k}")
+    if not 0 < cfg.rollout.top_p <= 1:
+        raise ValueError(f"config rollout.top_p must lie in (0, 1] (1: off), got {cfg.rollout.top_p}")
     if not (0 <= cfg.grpo.eps_low < 1 and cfg.grpo.eps_high >= 0):
         raise ValueError("config grpo.eps_low must lie in [0, 1) and grpo.eps_high be >= 0")
     if cfg.rollout.success_bonus < 0:

@@ -12,7 +12,10 @@ a GRPO group share their prompt), so a group's prompt costs one prefill, not G.
 Each token is drawn from ``softmax(logits / temperature)`` with an explicit
 ``torch.Generator`` and its log-prob under that same distribution is recorded; the GRPO
 update recomputes ``log_softmax(logits / temperature)`` of the stored ids, which equals it up
-to float rounding (tests/test_rollout.py checks 1e-4 in fp32).
+to float rounding (tests/test_rollout.py checks 1e-4 in fp32). With ``top_k`` / ``top_p`` the
+draw is from that distribution cut to its k most likely tokens, then to the smallest set whose
+mass reaches p (``truncated_probs``), while the recorded log-prob stays the untruncated one the
+update recomputes: TRL's and verl's choice, whose ratio ignores the truncation.
 
 Models whose cache holds a recurrent state beside (or instead of) keys and values, such as
 LFM2's short convolutions or Mamba-style layers, cannot take padding inside a row: a masked
@@ -175,9 +178,11 @@ class DecodeSession:
     @torch.no_grad()
     def sample(self, *, stop_ids: Sequence[int], max_new_tokens: int, temperature: float = 1.0,
                generator: torch.Generator | None = None, greedy: bool | Sequence[bool] = False,
-               force: Sequence[Sequence[int] | None] | None = None) -> list[Generated]:
+               force: Sequence[Sequence[int] | None] | None = None, top_k: int = 0,
+               top_p: float = 1.0) -> list[Generated]:
         """One action per row. The last sampled id of each row stays pending until the next ``extend``.
         ``greedy``: for every row, or per row (the others sample; every row's log-probs are at ``temperature``).
+        ``top_k`` (0: off) and ``top_p`` (1: off) cut the distribution sampled from, not the log-probs recorded.
         ``force``: per row, ids to take instead of generating (teacher forcing, their log-probs recorded),
         cut at ``max_new_tokens``; None for a row that generates."""
         if self.logits is None:
@@ -203,7 +208,8 @@ class DecodeSession:
         live = list(range(self.rows))  # the rows of ``active``, as a list
         for t in range(max_new_tokens):
             logp = torch.log_softmax(self.logits.float() / temperature, dim=-1)
-            tok = logp.argmax(dim=-1) if greedy else torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)
+            tok = logp.argmax(dim=-1) if greedy else torch.multinomial(
+                truncated_probs(logp, top_k, top_p), 1, generator=generator).squeeze(1)
             if per_row is not None:
                 tok = torch.where(per_row, logp.argmax(dim=-1), tok)
             if forced is not None:  # teacher-forced rows take their next id and end with their last one
@@ -250,13 +256,31 @@ class DecodeSession:
         self.pending = [self.pending[i] for i in rows]
 
 
+def truncated_probs(logp: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """The (unnormalized) probabilities to sample from, per row of log-probs ``logp`` [rows, vocab]:
+    ``exp(logp)`` kept on the ``top_k`` most likely tokens (0: all; ties with the k-th are kept), then on
+    the smallest set of those, most likely first, whose mass reaches ``top_p`` of what is left (1: all),
+    the order transformers applies them in. The most likely token always stays."""
+    probs = logp.exp()
+    if 0 < top_k < probs.shape[-1]:
+        kth = probs.topk(top_k, dim=-1).values[:, -1:]
+        probs = probs.masked_fill(probs < kth, 0.0)
+    if top_p < 1.0:
+        ranked = probs.sort(dim=-1, descending=True).values
+        above = ranked.cumsum(dim=-1) - ranked  # the mass of the tokens ranked before each
+        beyond = above >= top_p * ranked.sum(dim=-1, keepdim=True)  # not needed to reach top_p
+        smallest_kept = ranked.masked_fill(beyond, float("inf")).min(dim=-1, keepdim=True).values
+        probs = probs.masked_fill(probs < smallest_kept, 0.0)
+    return probs
+
+
 def generate_actions(model: PreTrainedModel, prompts: Sequence[Sequence[int]], *, stop_ids: Sequence[int], pad_id: int,
                      max_new_tokens: int, temperature: float = 1.0, generator: torch.Generator | None = None,
-                     greedy: bool = False) -> list[Generated]:
+                     greedy: bool = False, top_k: int = 0, top_p: float = 1.0) -> list[Generated]:
     """One generated action per prompt (a single-turn session)."""
     if not prompts:
         return []
     session = DecodeSession(model, pad_id, len(prompts))
     session.extend(prompts)
     return session.sample(stop_ids=stop_ids, max_new_tokens=max_new_tokens, temperature=temperature,
-                          generator=generator, greedy=greedy)
+                          generator=generator, greedy=greedy, top_k=top_k, top_p=top_p)

@@ -62,7 +62,7 @@ def rollout_settings(cfg: TrainConfig) -> RolloutSettings:
     """How training episodes run (``rollout.turn_slack`` budgets actions per task, see RolloutConfig)."""
     r = cfg.rollout
     return RolloutSettings(max_action_tokens=r.max_action_tokens, max_turns=r.max_turns, max_context=r.max_context,
-                           temperature=r.temperature, turn_slack=r.turn_slack)
+                           temperature=r.temperature, turn_slack=r.turn_slack, top_k=r.top_k, top_p=r.top_p)
 
 
 def grpo_loss_settings(cfg: TrainConfig) -> LossSettings:

@@ -195,6 +195,8 @@ class RolloutSettings:
     max_context: int = 1024
     temperature: float = 1.0
     turn_slack: int | None = None  # per-task action budget: the oracle's action count + slack (None: off)
+    top_k: int = 0  # sampling only: the k most likely tokens (0: off); log-probs stay untruncated
+    top_p: float = 1.0  # sampling only: the nucleus of this mass (1.0: off)
 
 
 def oracle_actions(task: TaskSpec) -> int:
@@ -331,7 +333,8 @@ class RolloutEngine:
                 decode = [trajs[i].turns > 0 for i in rows]
             force = [guides[i] if trajs[i].turns == 0 else None for i in rows] if oracle_first else None
             gens = session.sample(stop_ids=self.policy.stop_ids, max_new_tokens=s.max_action_tokens,
-                                  temperature=s.temperature, generator=generator, greedy=decode, force=force)
+                                  temperature=s.temperature, generator=generator, greedy=decode, force=force,
+                                  top_k=s.top_k, top_p=s.top_p)
             t2 = time.perf_counter()
             stats.gen_time += t2 - t1
             for i, g in zip(rows, gens):
