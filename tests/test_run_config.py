@@ -55,6 +55,8 @@ def test_mistakes_are_caught_when_the_config_loads() -> None:
         load_config(None, ["rollout.group_size=1"])
     with pytest.raises(ValueError, match="eval.threads"):
         load_config(None, ["eval.threads=-1"])
+    with pytest.raises(ValueError, match="ref_sync_steps with lora.rank > 0: the reference is the base model"):
+        load_config(None, ["grpo.ref_sync_steps=5", "grpo.beta=0.1", "lora.rank=4"])
     for override, words in (("log_every=0", "log_every must be >= 1"),
                             ("sft.steps=0", "sft.steps must be >= 1 while sft.enabled"),
                             ("grpo.max_grad_norm=-1", "grpo.max_grad_norm must be > 0"),
@@ -63,6 +65,9 @@ def test_mistakes_are_caught_when_the_config_loads() -> None:
                             ("grpo.warmup_steps=-3", "grpo.warmup_steps must be >= 0"),
                             ("grpo.lr=-1e-4", "grpo.lr must be >= 0"),
                             ("rollout.turn_slack=-5", "rollout.turn_slack must be >= 0 or null"),
+                            ("grpo.ref_sync_steps=-1", "grpo.ref_sync_steps must be >= 0"),
+                            ("grpo.ref_sync_alpha=0", "grpo.ref_sync_alpha in \\(0, 1\\], got 0 and 0"),
+                            ("grpo.ref_sync_steps=10", "grpo.beta=0 has none"),
                             ("rollout.top_k=-1", "rollout.top_k must be >= 0 \\(0: off\\), got -1"),
                             ("rollout.top_p=0", "rollout.top_p must lie in \\(0, 1\\] \\(1: off\\), got 0"),
                             ("rollout.top_p=1.5", "rollout.top_p must lie in"),

@@ -716,6 +716,48 @@ def test_kl_run_resumes_from_checkpoints_copied_without_its_reference(task_file:
     assert kl == pytest.approx([r["kl"] for r in read_jsonl(tmp_path / "full" / "metrics.jsonl")], abs=1e-6)
 
 
+def test_the_reference_moves_toward_the_policy_and_resumes_moved(task_file: Path, warm_policy: Path,
+                                                                 tmp_path: Path) -> None:
+    """grpo.ref_sync_steps (TRL's sync_ref_model): after each step here the reference becomes the mean of
+    itself and the policy; the checkpoint keeps it, so a resumed run computes the uninterrupted one's KL."""
+    from rods_gym.trainer.checkpoint import load_trainer_state
+
+    sync = {"grpo.beta": "0.5", "grpo.ref_sync_steps": "1", "grpo.ref_sync_alpha": "0.5"}
+    full, _ = _run(tiny_config(task_file, tmp_path / "full", steps="2", **sync), warm_policy)
+    ckpts = tmp_path / "full" / "checkpoints"
+    ref = load_policy(tmp_path / "full" / "reference").model.state_dict()  # where GRPO started
+    for step in ("step-000001", "step-000002"):
+        policy = load_policy(ckpts / step / "policy").model.state_dict()
+        moved = load_trainer_state(ckpts / step)["reference"]
+        assert moved.keys() == policy.keys()
+        for name, value in moved.items():
+            assert torch.allclose(value, 0.5 * policy[name] + 0.5 * ref[name], atol=1e-7), (step, name)
+        ref = moved
+    _run(tiny_config(task_file, tmp_path / "half", steps="1", **sync), warm_policy)
+    resumed, _ = _run(tiny_config(task_file, tmp_path / "half", steps="2", **sync), warm_policy, resume=True)
+    for a, b in zip(full.model.parameters(), resumed.model.parameters()):
+        assert torch.allclose(a, b, atol=1e-6)
+    kl = {run: [r["kl"] for r in read_jsonl(tmp_path / run / "metrics.jsonl")] for run in ("full", "half")}
+    assert kl["half"] == pytest.approx(kl["full"], abs=1e-7)
+    _run(tiny_config(task_file, tmp_path / "fixed", steps="2", **{"grpo.beta": "0.5"}), warm_policy)
+    fixed = [r["kl"] for r in read_jsonl(tmp_path / "fixed" / "metrics.jsonl")]
+    assert fixed[0] == pytest.approx(kl["full"][0], abs=1e-7) and kl["full"][1] < fixed[1]  # the moved one is closer
+
+
+def test_mixing_into_the_reference_by_hand() -> None:
+    from rods_gym.trainer.loop import mix_into_reference
+
+    ref, cur = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
+    with torch.no_grad():
+        ref.weight.copy_(torch.tensor([[1.0, 2.0]])), ref.bias.fill_(0.0)
+        cur.weight.copy_(torch.tensor([[3.0, -2.0]])), cur.bias.fill_(1.0)
+    mix_into_reference(ref, cur, 0.25)
+    assert ref.weight.tolist() == [[1.5, 1.0]] and ref.bias.tolist() == [0.25]
+    assert cur.weight.tolist() == [[3.0, -2.0]]  # the policy is untouched
+    with pytest.raises(ValueError, match="different parameters"):
+        mix_into_reference(ref, torch.nn.Linear(2, 1, bias=False), 0.5)
+
+
 def test_a_checkpoint_resumes_only_with_the_processes_that_wrote_it(task_file: Path, warm_policy: Path,
                                                                     tmp_path: Path) -> None:
     from rods_gym.trainer.checkpoint import check_world_size

@@ -149,6 +149,12 @@ class GRPOConfig:
     # exp of its tokens' mean log-ratio, clipped as a whole; its paper uses eps 3e-4 / 4e-4 with it)
     importance_sampling_level: str = "token"
     beta: float = 0.0  # KL (k3) coefficient to the frozen reference policy; 0 disables it
+    # TRL's sync_ref_model: after every ref_sync_steps GRPO steps (0: never) the KL reference moves toward
+    # the policy, reference = ref_sync_alpha * policy + (1 - ref_sync_alpha) * reference (TRL's
+    # ref_model_sync_steps and ref_model_mixup_alpha; 1.0 copies the policy). Needs grpo.beta > 0, and
+    # not with LoRA, whose reference is the base model itself. Checkpoints keep the moved reference
+    ref_sync_steps: int = 0
+    ref_sync_alpha: float = 0.6
     epochs: int = 1  # inner epochs over each step's rollouts
     minibatches: int = 1  # optimizer steps per epoch
     micro_batch_size: int = 16  # sequences per forward/backward (gradient accumulation, sorted by length)
@@ -412,6 +418,16 @@ def check_config(cfg: TrainConfig) -> None:
     for section, name in nonneg:
         if getattr(getattr(cfg, section), name) < 0:
             raise ValueError(f"config {section}.{name} must be >= 0, got {getattr(getattr(cfg, section), name)}")
+    g = cfg.grpo
+    if g.ref_sync_steps < 0 or not 0 < g.ref_sync_alpha <= 1:
+        raise ValueError(f"config grpo.ref_sync_steps must be >= 0 (0: off) and grpo.ref_sync_alpha in (0, 1], got "
+                         f"{g.ref_sync_steps} and {g.ref_sync_alpha}")
+    if g.ref_sync_steps and g.beta == 0:
+        raise ValueError("config grpo.ref_sync_steps moves the KL reference, and grpo.beta=0 has none: set grpo.beta > 0 "
+                         "or grpo.ref_sync_steps=0")
+    if g.ref_sync_steps and cfg.lora.rank > 0:
+        raise ValueError("config grpo.ref_sync_steps with lora.rank > 0: the reference is the base model under the "
+                         "adapters, which does not move; set grpo.ref_sync_steps=0 or train in full")
     for section in ("grpo", "sft"):  # a negative clip coefficient would flip the gradient's sign
         if not getattr(cfg, section).max_grad_norm > 0:
             raise ValueError(f"config {section}.max_grad_norm must be > 0, got {getattr(cfg, section).max_grad_norm}")

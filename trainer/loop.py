@@ -282,6 +282,18 @@ def reference_logprobs(ref_model: torch.nn.Module, batch: Batch, micro: int, tem
     return torch.cat(parts)
 
 
+@torch.no_grad()
+def mix_into_reference(ref_model: torch.nn.Module, model: torch.nn.Module, alpha: float) -> None:
+    """TRL's reference sync: every weight of the reference becomes ``alpha * policy + (1 - alpha) *
+    reference`` (``alpha`` 1: a copy of the policy). The two models must have the same parameters."""
+    ref_params, params = dict(ref_model.named_parameters()), dict(model.named_parameters())
+    if ref_params.keys() != params.keys():
+        raise ValueError("grpo.ref_sync_steps: the reference and the policy have different parameters "
+                         f"({sorted(ref_params.keys() ^ params.keys())[:3]} ...)")
+    for name, ref in ref_params.items():
+        ref.lerp_(params[name].detach().to(ref.dtype), alpha)
+
+
 def summed_over_processes(accelerator: Accelerator, values: Sequence[float | torch.Tensor]) -> list[float]:
     """The element-wise sums of ``values`` over every process (this process's own when it runs alone).
 
@@ -385,6 +397,8 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         source.load_state_dict(state["source"])
         set_global_rng_state(state["global_rng"])
         load_rank_rng(ckpt, rank, generator)
+        if ref_model is not None and state.get("reference") is not None:  # moved by grpo.ref_sync_steps
+            ref_model.load_state_dict(state["reference"])
         start_step, history, evals = int(state["step"]), list(state["history"]), list(state["evals"])
         if main and start_step >= cfg.steps:
             print(f"resume: GRPO is already done (checkpoint {ckpt.name}, step {start_step} of {cfg.steps}); nothing "
@@ -421,6 +435,8 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
                      "scheduler": scheduler.state_dict(),
                      "source": source.state_dict(), "history": history, "evals": evals, "config": cfg.to_dict(),
                      "world_size": world}
+            if ref_model is not None and g.ref_sync_steps:  # the reference has moved from reference/
+                state["reference"] = {k: v.detach().cpu() for k, v in ref_model.state_dict().items()}
             finish_checkpoint(ckpt_root, step, state, lambda p: save_policy(Policy(unwrapped, policy.tokenizer,
                               policy.eos_id, policy.stop_ids, policy.pad_id, policy.name), p), cfg.keep_checkpoints)
         accelerator.wait_for_everyone()
@@ -564,6 +580,8 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
                     losses.append(mb_loss)
             model.eval()
         advance_schedule(scheduler)  # also after a step without an update
+        if ref_model is not None and g.ref_sync_steps and (step + 1) % g.ref_sync_steps == 0:
+            mix_into_reference(ref_model, unwrapped, g.ref_sync_alpha)
         t2 = time.perf_counter()
 
         # 4. metrics (over all processes; rewards over every rollout of the step, refills included)
