@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from rods_gym import SamplerConfig, Suite, TaskSampler, TaskSpec, ToolChainEnv
 from rods_gym.episode import ToolCall
-from rods_gym.renderers.chat import too_deep
+from rods_gym.renderers.chat import parse_tool_json, too_deep
 from rods_gym.renderers.compact import vocabulary
 from rods_gym.task import Call, Dep, Turn
 
@@ -203,17 +203,24 @@ def test_deeply_nested_garbage(transfer_task) -> None:
     _rejected(env, '<tool_call>{"name": "transfer_funds", "arguments": ' + "[" * 1500 + "]" * 1500 + "}</tool_call>",
               "malformed", "nested too deeply")
     # the depth limit is the suite's own, the same on every Python (3.12's parser accepts 3,000 levels, 3.11's not)
-    deep_string = json.dumps("[" * 1100 + "]" * 1100)
+    deep_string = json.dumps("[" * 600 + "]" * 600)
     _rejected(env, '<tool_call>{"name": "transfer_funds", "arguments": ' + deep_string + "}</tool_call>",
-              "malformed", "nested over 1000 levels")
-    assert not too_deep('{"a": "' + "[" * 2000 + '"}') and too_deep("[" * 1001) and not too_deep("[" * 1000)
-    assert too_deep('["\\"", ' + "[" * 1001)  # an escaped quote ends no string
-    assert too_deep('["\\\\", ' + "[" * 1001)  # the string is over after an escaped backslash
+              "malformed", "nested over 500 levels")
+    assert not too_deep('{"a": "' + "[" * 2000 + '"}') and too_deep("[" * 501) and not too_deep("[" * 500)
+    assert too_deep('["\\"", ' + "[" * 501)  # an escaped quote ends no string
+    assert too_deep('["\\\\", ' + "[" * 501)  # the string is over after an escaped backslash
     nested = '{"a": ' * 450 + "1" + "}" * 450
     _rejected(env, '<tool_call>{"name": "transfer_funds", "arguments": {"amount": ' + nested + "}}</tool_call>",
               "invalid_arguments")
-    _rejected(env, '{"name": "transfer_funds", "arguments": ' + "[" * 900 + "]" * 900 + "}", "invalid_arguments",
+    _rejected(env, '{"name": "transfer_funds", "arguments": ' + "[" * 450 + "]" * 450 + "}", "invalid_arguments",
               "must be a JSON object")
+    _rejected(env, '{"name": "transfer_funds", "arguments": ' + "[" * 600 + "]" * 600 + "}", "malformed",
+              "nested too deeply (over 500 levels)")
+
+    def deep_caller(frames: int) -> Any:  # the limit holds under a deep stack too (3.11's parser would not)
+        return deep_caller(frames - 1) if frames else parse_tool_json('{"name": "f", "arguments": ' + nested + "}")
+
+    assert isinstance(deep_caller(300), ToolCall)
 
 
 @pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])

@@ -58,8 +58,9 @@ def sanitize(text: str, limit: int = MAX_OBS_CHARS) -> str:
 
 
 # deeper JSON is refused before parsing: where Python's own parser gives up (RecursionError) differs between
-# versions (3.11 stops near 1,000 levels, 3.12 parsed 3,000), and the error must not
-MAX_JSON_DEPTH = 1000
+# versions (3.11 stops near 1,000 levels less the frames already on the stack, 3.12 parsed 3,000), and the
+# error must not. Half of 3.11's limit leaves room for any caller's stack
+MAX_JSON_DEPTH = 500
 
 
 def too_deep(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
