@@ -168,11 +168,25 @@ def test_top_k_and_top_p_cut_what_is_sampled_not_the_logprobs(compact_policy, ea
     assert cut() == [[0.5, 0.3, 0.15, 0.05], [0.25, 0.25, 0.4, 0.1]]
     assert cut(top_k=2) == [[0.5, 0.3, 0, 0], [0.25, 0.25, 0.4, 0]]  # ties with the k-th stay
     assert cut(top_k=1) == [[0.5, 0, 0, 0], [0, 0, 0.4, 0]]
-    assert cut(top_p=0.8) == [[0.5, 0.3, 0, 0], [0.25, 0.25, 0.4, 0]]  # the smallest set with mass >= 0.8
-    assert cut(top_p=0.5) == [[0.5, 0, 0, 0], [0.25, 0.25, 0.4, 0]]
-    assert cut(top_p=0.4) == [[0.5, 0, 0, 0], [0, 0, 0.4, 0]]
-    assert cut(top_k=2, top_p=0.6) == [[0.5, 0, 0, 0], [0.25, 0.25, 0.4, 0]]  # top_p of what top_k left (0.625)
+    assert cut(top_p=0.75) == [[0.5, 0.3, 0, 0], [0.25, 0.25, 0.4, 0]]  # the smallest set with mass >= 0.75
+    assert cut(top_p=0.85) == [[0.5, 0.3, 0.15, 0], [0.25, 0.25, 0.4, 0]]
+    assert cut(top_p=0.35) == [[0.5, 0, 0, 0], [0, 0, 0.4, 0]]
+    tied = cut(top_p=0.55)[1]  # 0.4 and one of the tied 0.25s (0.65): the smallest set, as in transformers
+    assert tied[2] == 0.4 and sorted(tied) == [0, 0, 0.25, 0.4] and cut(top_p=0.55)[0] == [0.5, 0.3, 0, 0]
+    assert cut(top_k=2, top_p=0.6)[0] == [0.5, 0, 0, 0]  # top_p of what top_k left (0.625 of it)
     assert cut(top_k=10, top_p=1.0) == cut()
+    wide = torch.randn(3, 50_000, generator=torch.Generator().manual_seed(0)).mul(3).log_softmax(-1)
+    kept = truncated_probs(wide, top_p=0.9)  # a real vocabulary: the kept mass reaches 0.9, one token less does not
+    assert torch.all(kept.sum(-1) >= 0.9) and torch.all((kept > 0).sum(-1) < 50_000)
+    for row in kept:
+        nonzero = row[row > 0].sort().values
+        assert nonzero.sum() >= 0.9 > nonzero[1:].sum()  # without its least likely token it would fall short
+    from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
+
+    for k, p in ((0, 0.9), (40, 1.0), (40, 0.5), (2_000, 0.95)):  # the same tokens as transformers' warpers keep
+        logits = TopKLogitsWarper(k)(None, wide.clone()) if k else wide.clone()
+        logits = TopPLogitsWarper(p)(None, logits) if p < 1 else logits
+        assert torch.equal(logits > -float("inf"), truncated_probs(wide, k, p) > 0), (k, p)
     # generation: with k = 1 (or a tiny nucleus) a hot sampler decodes greedily, and records the log-probs
     # of the untruncated distribution at its temperature, the ones the update recomputes
     prompts = [[1, 4, 9, 10, 11, 5], [1, 4, 12, 5], [1, 4, 20, 21, 22, 23, 24, 25, 5]]

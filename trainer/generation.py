@@ -256,21 +256,27 @@ class DecodeSession:
         self.pending = [self.pending[i] for i in rows]
 
 
+PROB_UNITS = 2.0 ** 40  # top_p's prefix sums count probabilities in these units (int64, exact for float32)
+P_UNITS = 1_000_000  # top_p itself, in millionths
+
+
 def truncated_probs(logp: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
     """The (unnormalized) probabilities to sample from, per row of log-probs ``logp`` [rows, vocab]:
-    ``exp(logp)`` kept on the ``top_k`` most likely tokens (0: all; ties with the k-th are kept), then on
-    the smallest set of those, most likely first, whose mass reaches ``top_p`` of what is left (1: all),
-    the order transformers applies them in. The most likely token always stays."""
+    ``exp(logp)`` kept on the ``top_k`` most likely tokens (0: all; tokens tied with the k-th stay, as
+    in transformers), then on the smallest set of those, most likely first, whose mass reaches ``top_p``
+    of what is left (1: all; among tied tokens the sort's order decides, as in transformers). The most
+    likely token always stays. The prefix sums are integer: torch has no deterministic CUDA kernel for
+    a float cumsum, and ``deterministic: true`` makes torch refuse one."""
     probs = logp.exp()
     if 0 < top_k < probs.shape[-1]:
         kth = probs.topk(top_k, dim=-1).values[:, -1:]
         probs = probs.masked_fill(probs < kth, 0.0)
     if top_p < 1.0:
-        ranked = probs.sort(dim=-1, descending=True).values
-        above = ranked.cumsum(dim=-1) - ranked  # the mass of the tokens ranked before each
-        beyond = above >= top_p * ranked.sum(dim=-1, keepdim=True)  # not needed to reach top_p
-        smallest_kept = ranked.masked_fill(beyond, float("inf")).min(dim=-1, keepdim=True).values
-        probs = probs.masked_fill(probs < smallest_kept, 0.0)
+        ranked, order = probs.sort(dim=-1, descending=True)
+        units = (ranked.float() * PROB_UNITS).round().long()
+        above = units.cumsum(dim=-1) - units  # the mass of the tokens ranked before each
+        needed = above * P_UNITS < round(top_p * P_UNITS) * units.sum(dim=-1, keepdim=True)
+        probs = probs * torch.zeros_like(needed).scatter_(-1, order, needed)
     return probs
 
 
