@@ -251,7 +251,7 @@ KILLER = textwrap.dedent("""
     from accelerate import Accelerator
     from rods_gym import TaskSampler, DIFFICULTIES, default_suite
     from rods_gym.trainer.config import load_config
-    from rods_gym.trainer.loop import grpo_train, summed_over_processes
+    from rods_gym.trainer.loop import grpo_train
     from rods_gym.trainer.policy import load_policy
     from rods_gym.trainer.task_source import FixedSeeds
 
@@ -742,6 +742,11 @@ def test_the_reference_moves_toward_the_policy_and_resumes_moved(task_file: Path
     _run(tiny_config(task_file, tmp_path / "fixed", steps="2", **{"grpo.beta": "0.5"}), warm_policy)
     fixed = [r["kl"] for r in read_jsonl(tmp_path / "fixed" / "metrics.jsonl")]
     assert fixed[0] == pytest.approx(kl["full"][0], abs=1e-7) and kl["full"][1] < fixed[1]  # the moved one is closer
+    # resumed with the sync turned off, the moved reference stays what the run uses and what it saves
+    moved = load_trainer_state(tmp_path / "half" / "checkpoints" / "step-000002")["reference"]
+    _run(tiny_config(task_file, tmp_path / "half", steps="3", **{"grpo.beta": "0.5"}), warm_policy, resume=True)
+    kept = load_trainer_state(tmp_path / "half" / "checkpoints" / "step-000003")["reference"]
+    assert all(torch.equal(kept[name], value) for name, value in moved.items())
 
 
 def test_mixing_into_the_reference_by_hand() -> None:
@@ -756,6 +761,10 @@ def test_mixing_into_the_reference_by_hand() -> None:
     assert cur.weight.tolist() == [[3.0, -2.0]]  # the policy is untouched
     with pytest.raises(ValueError, match="different parameters"):
         mix_into_reference(ref, torch.nn.Linear(2, 1, bias=False), 0.5)
+    with pytest.raises(ValueError, match=r"different parameters \(\['weight'\]\)"):
+        mix_into_reference(ref, torch.nn.Linear(3, 1), 0.5)
+    with pytest.raises(ValueError, match="base under its LoRA adapters, which cannot move"):
+        mix_into_reference(ref, ref, 0.5)
 
 
 def test_a_checkpoint_resumes_only_with_the_processes_that_wrote_it(task_file: Path, warm_policy: Path,
@@ -1184,7 +1193,9 @@ def test_cross_process_sums_travel_on_the_accelerators_device() -> None:
     reduced on the accelerator's device. A stand-in accelerator on the ``meta`` device records where they are."""
     class TwoProcesses:
         num_processes, device = 2, torch.device("meta")
-        seen: list[torch.device] = []
+
+        def __init__(self) -> None:
+            self.seen: list[torch.device] = []
 
         def reduce(self, tensor: torch.Tensor, reduction: str) -> torch.Tensor:
             assert reduction == "sum"
@@ -1198,5 +1209,6 @@ def test_cross_process_sums_travel_on_the_accelerators_device() -> None:
     class Alone(TwoProcesses):
         num_processes = 1
 
-    assert summed_over_processes(Alone(), [True, torch.tensor(2), 0.5]) == [1.0, 2.0, 0.5]
-    assert len(acc.seen) == 1  # one process: nothing is reduced
+    alone = Alone()
+    assert summed_over_processes(alone, [True, torch.tensor(2), 0.5]) == [1.0, 2.0, 0.5]
+    assert alone.seen == []  # one process: nothing is reduced

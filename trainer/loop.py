@@ -282,15 +282,27 @@ def reference_logprobs(ref_model: torch.nn.Module, batch: Batch, micro: int, tem
     return torch.cat(parts)
 
 
+def check_reference_can_move(ref_model: torch.nn.Module, model: torch.nn.Module) -> None:
+    """Refuse ``grpo.ref_sync_steps`` where the reference cannot follow the policy: it is the policy
+    itself (the base under LoRA adapters), or its parameters are not the policy's by name and shape."""
+    if ref_model is model:
+        raise ValueError("grpo.ref_sync_steps: the KL reference is the policy's own base under its LoRA adapters, "
+                         "which cannot move; set grpo.ref_sync_steps=0")
+    ref_params, params = dict(ref_model.named_parameters()), dict(model.named_parameters())
+    differ = sorted(ref_params.keys() ^ params.keys()) or [
+        n for n in ref_params if ref_params[n].shape != params[n].shape]
+    if differ:
+        raise ValueError(f"grpo.ref_sync_steps: the reference and the policy have different parameters ({differ[:3]}"
+                         "); set grpo.ref_sync_steps=0")
+
+
 @torch.no_grad()
 def mix_into_reference(ref_model: torch.nn.Module, model: torch.nn.Module, alpha: float) -> None:
     """TRL's reference sync: every weight of the reference becomes ``alpha * policy + (1 - alpha) *
-    reference`` (``alpha`` 1: a copy of the policy). The two models must have the same parameters."""
-    ref_params, params = dict(ref_model.named_parameters()), dict(model.named_parameters())
-    if ref_params.keys() != params.keys():
-        raise ValueError("grpo.ref_sync_steps: the reference and the policy have different parameters "
-                         f"({sorted(ref_params.keys() ^ params.keys())[:3]} ...)")
-    for name, ref in ref_params.items():
+    reference`` (``alpha`` 1: a copy of the policy); ``check_reference_can_move`` first."""
+    check_reference_can_move(ref_model, model)
+    params = dict(model.named_parameters())
+    for name, ref in ref_model.named_parameters():
         ref.lerp_(params[name].detach().to(ref.dtype), alpha)
 
 
@@ -376,6 +388,9 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
             ref_model = copy.deepcopy(policy.model)
         ref_model = ref_model.to(policy.device).eval()
         ref_model.requires_grad_(False)
+    if ref_model is not None and g.ref_sync_steps:
+        check_reference_can_move(ref_model, policy.model)
+    ref_moved = False  # the reference is no longer reference/: moved since, or loaded moved from a checkpoint
     if ckpt is not None and is_adapted(policy.model):
         load_adapter(policy.model, ckpt / "policy")
     elif ckpt is not None:
@@ -399,6 +414,7 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         load_rank_rng(ckpt, rank, generator)
         if ref_model is not None and state.get("reference") is not None:  # moved by grpo.ref_sync_steps
             ref_model.load_state_dict(state["reference"])
+            ref_moved = True  # kept in later checkpoints too, even if this run stopped moving it
         start_step, history, evals = int(state["step"]), list(state["history"]), list(state["evals"])
         if main and start_step >= cfg.steps:
             print(f"resume: GRPO is already done (checkpoint {ckpt.name}, step {start_step} of {cfg.steps}); nothing "
@@ -435,7 +451,7 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
                      "scheduler": scheduler.state_dict(),
                      "source": source.state_dict(), "history": history, "evals": evals, "config": cfg.to_dict(),
                      "world_size": world}
-            if ref_model is not None and g.ref_sync_steps:  # the reference has moved from reference/
+            if ref_moved:
                 state["reference"] = {k: v.detach().cpu() for k, v in ref_model.state_dict().items()}
             finish_checkpoint(ckpt_root, step, state, lambda p: save_policy(Policy(unwrapped, policy.tokenizer,
                               policy.eos_id, policy.stop_ids, policy.pad_id, policy.name), p), cfg.keep_checkpoints)
@@ -582,6 +598,7 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         advance_schedule(scheduler)  # also after a step without an update
         if ref_model is not None and g.ref_sync_steps and (step + 1) % g.ref_sync_steps == 0:
             mix_into_reference(ref_model, unwrapped, g.ref_sync_alpha)
+            ref_moved = True
         t2 = time.perf_counter()
 
         # 4. metrics (over all processes; rewards over every rollout of the step, refills included)
