@@ -226,7 +226,7 @@ def run_warm_start(job: SeedJob) -> dict[str, Any]:
         cfg = load_config(None, {**job.train, "run_dir": str(out), "seed": job.seed})
         out.mkdir(parents=True, exist_ok=True)
         save_config(cfg, out / "config.yaml")
-        accelerator = make_accelerator()
+        accelerator = make_accelerator(cfg.deterministic)
         seeds = load_tasks(cfg.data.train_split, cfg.data)
         policy = make_policy(cfg.policy, env_mode(cfg.data.env_id), slot_ids=cfg.data.slot_ids)
         sft: dict[str, Any] = {}
@@ -265,7 +265,7 @@ def run_arm(job: ArmJob) -> dict[str, Any]:
         t0 = time.perf_counter()
         cfg = load_config(None, {**job.train, "run_dir": str(out / "train"), "seed": job.seed})
         save_config(cfg, out / "config.yaml")
-        accelerator = make_accelerator()
+        accelerator = make_accelerator(cfg.deterministic)
         seeds = load_tasks(cfg.data.train_split, cfg.data)
         if job.warm_start is not None:
             policy = load_policy(job.warm_start, local_files_only=True, dtype=cfg.policy.dtype)

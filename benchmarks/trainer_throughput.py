@@ -146,7 +146,8 @@ def our_steps(cfg: TrainConfig, policy_dir: Path, seeds: Sequence[TaskSpec], run
     torch.set_num_threads(1)
     policy = load_policy(policy_dir, dtype=cfg.policy.dtype)
     source = StepClock(make_source(cfg.data.source, cfg, seeds, rng_seed=cfg.seed))
-    history = grpo_train(cfg, policy, seeds, run_dir=run_dir, accelerator=make_accelerator(), source=source).history
+    history = grpo_train(cfg, policy, seeds, run_dir=run_dir, accelerator=make_accelerator(cfg.deterministic),
+                         source=source).history
     measured = history[warmup:]
     walls = wall_intervals(source.ends, warmup)
     if len(walls) != len(measured):

@@ -191,15 +191,21 @@ def fresh_accelerator_state() -> Iterator[None]:
     """Each test picks its own device. accelerate keeps one device choice per process, and tests mix
     ``Accelerator(cpu=True)`` (exact CPU arithmetic) with the pipeline's ``make_accelerator()``, which
     takes a GPU where there is one: on a GPU machine the second refused to start in the same process
-    (seen on an H200). Reset before and after each test, as accelerate's own AccelerateTestCase does."""
+    (seen on an H200). Reset before and after each test, as accelerate's own AccelerateTestCase does.
+    On a GPU the pipeline also turns on torch's deterministic algorithms (``deterministic: true``): the
+    switch is put back after the test, so no later test runs under a setting it did not ask for."""
     try:
+        import torch
         from accelerate.state import AcceleratorState
     except ImportError:  # the suite without the train extra
         yield
         return
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     AcceleratorState._reset_state(reset_partial_state=True)
     yield
     AcceleratorState._reset_state(reset_partial_state=True)
+    torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
 
 
 def cpu_only_env(**extra: str) -> dict[str, str]:

@@ -224,7 +224,9 @@ def test_a_gpu_run_turns_on_deterministic_kernels(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(pipeline, "Accelerator", lambda cpu: ("accelerator", cpu))
     monkeypatch.setattr(pipeline.torch, "use_deterministic_algorithms", calls.append)
     monkeypatch.setattr(pipeline.torch.backends.cudnn, "benchmark", True)
-    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    monkeypatch.setattr(pipeline.torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", "x")  # recorded as it was (absent or not), restored after the test
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
     assert pipeline.make_accelerator(deterministic=False) == ("accelerator", False)
     assert calls == [] and "CUBLAS_WORKSPACE_CONFIG" not in os.environ and torch.backends.cudnn.benchmark
     assert pipeline.make_accelerator() == ("accelerator", False)
@@ -233,6 +235,10 @@ def test_a_gpu_run_turns_on_deterministic_kernels(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")  # a setting of the user's own stays
     pipeline.make_accelerator()
     assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")  # CUDA already used in this process: the setting comes late
+    monkeypatch.setattr(pipeline.torch.cuda, "is_initialized", lambda: True)
+    with pytest.warns(UserWarning, match="CUDA started in this process before CUBLAS_WORKSPACE_CONFIG was set"):
+        pipeline.make_accelerator()
     monkeypatch.setattr(pipeline.torch.cuda, "is_available", lambda: False)
     calls.clear()
     assert pipeline.make_accelerator() == ("accelerator", True) and calls == []

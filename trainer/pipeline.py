@@ -50,8 +50,7 @@ def make_accelerator(deterministic: bool = True) -> Accelerator:
     """GPU when there is one; otherwise CPU (``gloo`` when launched with several processes).
 
     On a GPU, ``deterministic`` turns on deterministic kernels (``deterministic_gpu_kernels``): without
-    them two runs of the main job with one seed on one H200 began GRPO from different warm starts
-    (greedy test success 0.292 and 0.268)."""
+    them two runs with one seed differ (benchmarks/RESULTS.md, "On one GPU")."""
     if deterministic and torch.cuda.is_available():
         deterministic_gpu_kernels()
     return Accelerator(cpu=not torch.cuda.is_available())
@@ -61,7 +60,12 @@ def deterministic_gpu_kernels() -> None:
     """Make CUDA repeat itself: torch's deterministic algorithms (embedding and attention backward
     without atomic adds; an op with no deterministic kernel raises, naming itself) and cuBLAS's fixed
     workspace, which torch requires for them (an existing ``CUBLAS_WORKSPACE_CONFIG`` is kept).
-    These are process-wide switches; they are never turned off here."""
+    These are process-wide switches; they are never turned off here. cuBLAS reads its workspace setting
+    when CUDA starts: in a process that used CUDA before (a notebook) it warns that the setting comes late."""
+    if "CUBLAS_WORKSPACE_CONFIG" not in os.environ and torch.cuda.is_initialized():
+        warnings.warn("deterministic: CUDA started in this process before CUBLAS_WORKSPACE_CONFIG was set, so cuBLAS "
+                      "may not repeat its results; set CUBLAS_WORKSPACE_CONFIG=:4096:8 before the first CUDA use, or "
+                      "start a fresh process", stacklevel=3)
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.benchmark = False
