@@ -175,6 +175,10 @@ def test_top_k_and_top_p_cut_what_is_sampled_not_the_logprobs(compact_policy, ea
     assert tied[2] == 0.4 and sorted(tied) == [0, 0, 0.25, 0.4] and cut(top_p=0.55)[0] == [0.5, 0.3, 0, 0]
     assert cut(top_k=2, top_p=0.6)[0] == [0.5, 0, 0, 0]  # top_p of what top_k left (0.625 of it)
     assert cut(top_k=10, top_p=1.0) == cut()
+    for bad, words in (({"top_k": -3}, "top_k must be an int >= 0"), ({"top_p": 0.0}, r"top_p must lie in \(0, 1\]"),
+                       ({"top_p": 2.0}, "got 2.0"), ({"top_k": 2.5}, "got 2.5")):
+        with pytest.raises(ValueError, match=words):
+            RolloutSettings(**bad)
     wide = torch.randn(3, 50_000, generator=torch.Generator().manual_seed(0)).mul(3).log_softmax(-1)
     kept = truncated_probs(wide, top_p=0.9)  # a real vocabulary: the kept mass reaches 0.9, one token less does not
     assert torch.all(kept.sum(-1) >= 0.9) and torch.all((kept > 0).sum(-1) < 50_000)

@@ -65,8 +65,9 @@ def test_mistakes_are_caught_when_the_config_loads() -> None:
                             ("grpo.warmup_steps=-3", "grpo.warmup_steps must be >= 0"),
                             ("grpo.lr=-1e-4", "grpo.lr must be >= 0"),
                             ("rollout.turn_slack=-5", "rollout.turn_slack must be >= 0 or null"),
-                            ("grpo.ref_sync_steps=-1", "grpo.ref_sync_steps must be >= 0"),
-                            ("grpo.ref_sync_alpha=0", "grpo.ref_sync_alpha in \\(0, 1\\], got 0 and 0"),
+                            ("grpo.ref_sync_steps=-1", "grpo.ref_sync_steps must be >= 0 \\(0: off\\), got -1"),
+                            ("grpo.ref_sync_alpha=0", "grpo.ref_sync_alpha must lie in \\(0, 1\\] .*got 0.0$"),
+                            ("grpo.ref_sync_alpha=nan", "grpo.ref_sync_alpha: expected a finite number"),
                             ("grpo.ref_sync_steps=10", "grpo.beta=0 has none"),
                             ("rollout.top_k=-1", "rollout.top_k must be >= 0 \\(0: off\\), got -1"),
                             ("rollout.top_p=0", "rollout.top_p must lie in \\(0, 1\\] \\(1: off\\), got 0"),
@@ -593,15 +594,19 @@ def test_evaluate_finds_a_runs_latest_policy(tmp_path: Path, capsys, monkeypatch
     assert "with the run's config" not in capsys.readouterr().err and seen[-1][0] == "rods/ToolChain-Compact-v0"
 
 
-def test_ctrl_c_says_how_to_resume_instead_of_a_traceback(capsys) -> None:
+def test_ctrl_c_says_how_to_resume_instead_of_a_traceback(capsys, tmp_path: Path) -> None:
     from rods_gym.trainer.commands import _resumable
 
+    run = tmp_path / "x"
+    (run / "sft_policy").mkdir(parents=True)
+    (run / "sft_policy" / "config.json").write_text("{}")
+    (run / "checkpoints" / "step-000002").mkdir(parents=True)
     with pytest.raises(SystemExit) as exit_info:
-        with _resumable("train", "runs/x"):
+        with _resumable("train", str(run)):
             raise KeyboardInterrupt
     assert exit_info.value.code == 130
-    assert capsys.readouterr().err.strip() == ("rods train: interrupted; runs/x keeps its last checkpoints: continue "
-                                               "with rods train --run-dir runs/x --resume")
+    assert capsys.readouterr().err.strip() == (f"rods train: interrupted; {run} keeps sft_policy/, checkpoints/: "
+                                               f"continue with rods train --run-dir {run} --resume")
     # SIGTERM (kill's default, a batch scheduler's notice) says the same, with the shell's status for it
     import os
     import signal
@@ -616,8 +621,8 @@ def test_ctrl_c_says_how_to_resume_instead_of_a_traceback(capsys) -> None:
     from rods_gym.trainer.commands import Terminated
 
     assert not issubclass(Terminated, Exception)  # an `except Exception` on the way must not swallow it
-    assert capsys.readouterr().err.strip() == ("rods sft: terminated (SIGTERM); runs/y keeps its last checkpoints: "
-                                               "continue with rods sft --run-dir runs/y --resume")
+    assert capsys.readouterr().err.strip() == ("rods sft: terminated (SIGTERM); nothing was saved in runs/y yet "
+                                               "(--resume starts over): continue with rods sft --run-dir runs/y --resume")
 
 
 def test_a_difficulty_in_the_env_id_is_said_to_have_no_effect(tmp_path: Path) -> None:

@@ -737,6 +737,7 @@ def test_the_reference_moves_toward_the_policy_and_resumes_moved(task_file: Path
     resumed, _ = _run(tiny_config(task_file, tmp_path / "half", steps="2", **sync), warm_policy, resume=True)
     for a, b in zip(full.model.parameters(), resumed.model.parameters()):
         assert torch.allclose(a, b, atol=1e-6)
+    assert [r["ref_synced"] for r in read_jsonl(tmp_path / "full" / "metrics.jsonl")] == [1.0, 1.0]
     kl = {run: [r["kl"] for r in read_jsonl(tmp_path / run / "metrics.jsonl")] for run in ("full", "half")}
     assert kl["half"] == pytest.approx(kl["full"], abs=1e-7)
     _run(tiny_config(task_file, tmp_path / "fixed", steps="2", **{"grpo.beta": "0.5"}), warm_policy)
@@ -747,6 +748,7 @@ def test_the_reference_moves_toward_the_policy_and_resumes_moved(task_file: Path
     _run(tiny_config(task_file, tmp_path / "half", steps="3", **{"grpo.beta": "0.5"}), warm_policy, resume=True)
     kept = load_trainer_state(tmp_path / "half" / "checkpoints" / "step-000003")["reference"]
     assert all(torch.equal(kept[name], value) for name, value in moved.items())
+    assert [r.get("ref_synced") for r in read_jsonl(tmp_path / "half" / "metrics.jsonl")] == [1.0, 1.0, None]
 
 
 def test_mixing_into_the_reference_by_hand() -> None:

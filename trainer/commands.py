@@ -411,8 +411,11 @@ def _resumable(command: str, run_dir: str) -> Iterator[None]:
         yield
     except (KeyboardInterrupt, Terminated) as exc:
         how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
-        print(f"\nrods {command}: {how}; {run_dir} keeps its last checkpoints: continue with "
-              f"rods {command} --run-dir {run_dir} --resume", file=sys.stderr)
+        kept = [name for name in RESUMABLE if (Path(run_dir) / name).is_dir() and any((Path(run_dir) / name).iterdir())]
+        what = (f"{run_dir} keeps {', '.join(kept)}" if kept
+                else f"nothing was saved in {run_dir} yet (--resume starts over)")
+        print(f"\nrods {command}: {how}; {what}: continue with rods {command} --run-dir {run_dir} --resume",
+              file=sys.stderr)
         raise SystemExit(143 if isinstance(exc, Terminated) else 130) from None
     finally:
         if previous is not None:

@@ -419,9 +419,11 @@ def check_config(cfg: TrainConfig) -> None:
         if getattr(getattr(cfg, section), name) < 0:
             raise ValueError(f"config {section}.{name} must be >= 0, got {getattr(getattr(cfg, section), name)}")
     g = cfg.grpo
-    if g.ref_sync_steps < 0 or not 0 < g.ref_sync_alpha <= 1:
-        raise ValueError(f"config grpo.ref_sync_steps must be >= 0 (0: off) and grpo.ref_sync_alpha in (0, 1], got "
-                         f"{g.ref_sync_steps} and {g.ref_sync_alpha}")
+    if g.ref_sync_steps < 0:
+        raise ValueError(f"config grpo.ref_sync_steps must be >= 0 (0: off), got {g.ref_sync_steps}")
+    if not 0 < g.ref_sync_alpha <= 1:
+        raise ValueError(f"config grpo.ref_sync_alpha must lie in (0, 1] (1: the reference becomes a copy of the "
+                         f"policy), got {g.ref_sync_alpha}")
     if g.ref_sync_steps and g.beta == 0:
         raise ValueError("config grpo.ref_sync_steps moves the KL reference, and grpo.beta=0 has none: set grpo.beta > 0 "
                          "or grpo.ref_sync_steps=0")

@@ -596,7 +596,8 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
                     losses.append(mb_loss)
             model.eval()
         advance_schedule(scheduler)  # also after a step without an update
-        if ref_model is not None and g.ref_sync_steps and (step + 1) % g.ref_sync_steps == 0:
+        synced = ref_model is not None and g.ref_sync_steps > 0 and (step + 1) % g.ref_sync_steps == 0
+        if synced:
             mix_into_reference(ref_model, unwrapped, g.ref_sync_alpha)
             ref_moved = True
         t2 = time.perf_counter()
@@ -646,6 +647,8 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
             "groups": len(groups), "groups_kept": len(kept), "refill_rounds": len(rounds) - 1,
             **memory_mb(accelerator.device),  # the main process's (what a leak would show first)
         }
+        if g.ref_sync_steps:  # 1 on a step after whose update the reference moved (this step's kl is before it)
+            record["ref_synced"] = float(synced)
         if masters.scaler is not None:  # fp16: the loss scale, and the updates skipped on overflow so far
             record.update({"loss_scale": masters.loss_scale, "skipped_updates": masters.skipped})
         if r.branch_size > 0 or g.baseline == "greedy":  # the greedy episodes (branch points, or the baseline)

@@ -25,7 +25,7 @@ import torch
 
 from rods_gym.task import TaskSpec
 
-from .generation import DecodeSession
+from .generation import DecodeSession, check_truncation
 from .policy import Policy
 from .transcript import ChatCodec, Messages, Transcript
 
@@ -197,6 +197,9 @@ class RolloutSettings:
     turn_slack: int | None = None  # per-task action budget: the oracle's action count + slack (None: off)
     top_k: int = 0  # sampling only: the k most likely tokens (0: off); log-probs stay untruncated
     top_p: float = 1.0  # sampling only: the nucleus of this mass (1.0: off)
+
+    def __post_init__(self) -> None:
+        check_truncation(self.top_k, self.top_p)
 
 
 def oracle_actions(task: TaskSpec) -> int:
