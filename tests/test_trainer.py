@@ -733,6 +733,8 @@ def test_the_reference_moves_toward_the_policy_and_resumes_moved(task_file: Path
         for name, value in moved.items():
             assert torch.allclose(value, 0.5 * policy[name] + 0.5 * ref[name], atol=1e-7), (step, name)
         ref = moved
+    with pytest.warns(UserWarning, match="ref_sync_steps=1 is more than steps=0: the reference never moves"):
+        _run(tiny_config(task_file, tmp_path / "none", steps="0", **sync), warm_policy)
     _run(tiny_config(task_file, tmp_path / "half", steps="1", **sync), warm_policy)
     resumed, _ = _run(tiny_config(task_file, tmp_path / "half", steps="2", **sync), warm_policy, resume=True)
     for a, b in zip(full.model.parameters(), resumed.model.parameters()):

@@ -17,6 +17,7 @@ import copy
 import math
 import shutil
 import time
+import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -390,6 +391,9 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         ref_model.requires_grad_(False)
     if ref_model is not None and g.ref_sync_steps:
         check_reference_can_move(ref_model, policy.model)
+        if g.ref_sync_steps > cfg.steps:
+            warnings.warn(f"grpo.ref_sync_steps={g.ref_sync_steps} is more than steps={cfg.steps}: the reference never "
+                          "moves in this run", stacklevel=2)
     ref_moved = False  # the reference is no longer reference/: moved since, or loaded moved from a checkpoint
     if ckpt is not None and is_adapted(policy.model):
         load_adapter(policy.model, ckpt / "policy")
