@@ -204,21 +204,20 @@ def test_top_k_and_top_p_cut_what_is_sampled_not_the_logprobs(compact_policy, ea
     # the recomputed untruncated ones
     settings = RolloutSettings(max_action_tokens=6, max_turns=3, temperature=2.0, top_k=3)
     engine = RolloutEngine(compact_policy, "rods/ToolChain-Compact-v0", settings)
+    def worst_rank(batch) -> int:  # over the action tokens, how many tokens were more likely than the one taken
+        with torch.no_grad():
+            logits = compact_policy.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1]
+        rank = (logits > logits.gather(-1, batch.input_ids[:, 1:, None])).sum(-1)
+        return int(rank[batch.action_mask.bool()].max())
+
     trajs, stats = engine.run(easy_tasks[:4], 3, generator=torch.Generator().manual_seed(0))
     lp, batch = _recomputed(compact_policy, trajs, 2.0)
     m = batch.action_mask.bool()
     assert int(m.sum()) == stats.gen_tokens > 0 and (lp - batch.old_logp)[m].abs().max().item() < 1e-4
-    with torch.no_grad():
-        logits = compact_policy.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1]
-    rank = (logits > logits.gather(-1, batch.input_ids[:, 1:, None])).sum(-1)  # tokens more likely than the one taken
-    assert int(rank[m].max()) <= 2 and int(rank[m].max()) > 0  # within the top 3, not always the most likely
+    assert 0 < worst_rank(batch) <= 2  # within the top 3, not always the most likely
     free = RolloutEngine(compact_policy, "rods/ToolChain-Compact-v0", replace(settings, top_k=0))
     untruncated, _ = free.run(easy_tasks[:4], 3, generator=torch.Generator().manual_seed(0))
-    lp_free, batch_free = _recomputed(compact_policy, untruncated, 2.0)
-    with torch.no_grad():
-        logits = compact_policy.model(input_ids=batch_free.input_ids, attention_mask=batch_free.attention_mask).logits
-    rank_free = (logits[:, :-1] > logits[:, :-1].gather(-1, batch_free.input_ids[:, 1:, None])).sum(-1)
-    assert int(rank_free[batch_free.action_mask.bool()].max()) > 2  # at T=2 the uncut sampler leaves the top 3
+    assert worst_rank(_recomputed(compact_policy, untruncated, 2.0)[1]) > 2  # at T=2 the uncut sampler leaves the top 3
 
 
 def test_forced_rows_take_their_ids_with_the_policys_logprobs(compact_policy) -> None:

@@ -69,7 +69,7 @@ def test_mistakes_are_caught_when_the_config_loads() -> None:
                             ("grpo.ref_sync_alpha=0", "grpo.ref_sync_alpha must lie in \\(0, 1\\] .*got 0.0$"),
                             ("grpo.ref_sync_alpha=nan", "grpo.ref_sync_alpha: expected a finite number"),
                             ("grpo.ref_sync_steps=10", "grpo.beta=0 has none"),
-                            ("rollout.top_k=-1", "rollout.top_k must be >= 0 \\(0: off\\), got -1"),
+                            ("rollout.top_k=-1", "rollout.top_k must be an int >= 0 \\(0: off\\), got -1"),
                             ("rollout.top_p=0", "rollout.top_p must lie in \\(0, 1\\] \\(1: off\\), got 0"),
                             ("rollout.top_p=1.5", "rollout.top_p must lie in"),
                             ("policy.num_layers=0", "policy.num_layers must be >= 1, got 0"),

@@ -322,6 +322,15 @@ CHOICES = {
 }
 
 
+def check_truncation(top_k: int, top_p: float) -> None:
+    """Refuse a sampling cut that ``generation.truncated_probs`` cannot apply, naming the value: ``top_k``
+    an int >= 0 (0: off), ``top_p`` in (0, 1] (1: off)."""
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+        raise ValueError(f"top_k must be an int >= 0 (0: off), got {top_k!r}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must lie in (0, 1] (1: off), got {top_p!r}")
+
+
 def check_config(cfg: TrainConfig) -> None:
     if not cfg.name.strip() or "/" in cfg.name or cfg.name in (".", ".."):
         raise ValueError(f"config name={cfg.name!r}: a run's name must be a non-empty word without '/' (it names "
@@ -361,10 +370,10 @@ def check_config(cfg: TrainConfig) -> None:
         raise ValueError(f"config data.source={cfg.data.source!r}: choose one of {sorted(available_sources())}")
     if cfg.rollout.temperature <= 0:
         raise ValueError("config rollout.temperature must be > 0 (evaluation is greedy by itself)")
-    if cfg.rollout.top_k < 0:
-        raise ValueError(f"config rollout.top_k must be >= 0 (0: off), got {cfg.rollout.top_k}")
-    if not 0 < cfg.rollout.top_p <= 1:
-        raise ValueError(f"config rollout.top_p must lie in (0, 1] (1: off), got {cfg.rollout.top_p}")
+    try:
+        check_truncation(cfg.rollout.top_k, cfg.rollout.top_p)
+    except ValueError as exc:
+        raise ValueError(f"config rollout.{exc}") from None
     if not (0 <= cfg.grpo.eps_low < 1 and cfg.grpo.eps_high >= 0):
         raise ValueError("config grpo.eps_low must lie in [0, 1) and grpo.eps_high be >= 0")
     if cfg.rollout.success_bonus < 0:

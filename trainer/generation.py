@@ -37,6 +37,8 @@ from typing import Any, Sequence
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from .config import check_truncation
+
 
 @dataclass
 class Generated:
@@ -259,14 +261,6 @@ class DecodeSession:
 
 PROB_UNITS = 2.0 ** 40  # top_p's prefix sums count probabilities in these units (int64, exact for float32)
 P_UNITS = 1_000_000  # top_p itself, in millionths
-
-
-def check_truncation(top_k: int, top_p: float) -> None:
-    """Refuse a ``top_k`` / ``top_p`` that ``truncated_probs`` cannot apply, naming the value."""
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
-        raise ValueError(f"top_k must be an int >= 0 (0: off), got {top_k!r}")
-    if not 0 < top_p <= 1:
-        raise ValueError(f"top_p must lie in (0, 1] (1: off), got {top_p!r}")
 
 
 def truncated_probs(logp: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:

@@ -515,9 +515,10 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         # grpo.baseline greedy (ReMax): each group against its task's greedy episode; branch groups against their mean
         baseline = (torch.tensor([rounds[round_].greedy_returns[i] for round_, i in start_ids], dtype=torch.float32)
                     if g.baseline == "greedy" else None)
-        # grpo.scale_rewards=batch: the std of every kept group's returns, all processes' (each sees every group)
-        kept_returns = [x for round_, i in (every[j] for j in kept) for x in rounds[round_].groups[i].returns]
-        batch_std = float(torch.tensor(kept_returns).std()) if g.scale_rewards == "batch" and kept else None
+        batch_std = None
+        if g.scale_rewards == "batch" and kept:  # the std of every kept group's returns, all processes' (each sees all)
+            batch_std = float(torch.tensor([x for round_, i in (every[j] for j in kept)
+                                            for x in rounds[round_].groups[i].returns]).std())
         advantages = [a for rets, base in ((returns, baseline), (branch_returns(branch_groups, g.gamma), None))
                       if rets.numel()
                       for a in (g.episode_weight * weigh_negatives(

@@ -25,7 +25,8 @@ import torch
 
 from rods_gym.task import TaskSpec
 
-from .generation import DecodeSession, check_truncation
+from .config import check_truncation
+from .generation import DecodeSession
 from .policy import Policy
 from .transcript import ChatCodec, Messages, Transcript
 
