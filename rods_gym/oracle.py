@@ -11,6 +11,8 @@ from typing import Any
 
 from .episode import Action, Ask, Episode, Reply, ToolCall
 
+DONE = "Done: everything you asked for is complete."  # the oracle's reply when a task without an answer is done
+
 
 def oracle_action(episode: Episode, *, defer_unlock: bool = False) -> Action:
     """The next action of a shortest solution. While a tool the task needs is locked (withheld until the
@@ -40,7 +42,7 @@ def oracle_action(episode: Episode, *, defer_unlock: bool = False) -> Action:
     a = task.answer
     if a is not None and episode.turn == len(task.turns) - 1:
         return Reply(f"The {a.field.replace('_', ' ')} is {a.value}.")
-    return Reply("Done: everything you asked for is complete.")
+    return Reply(DONE)
 
 
 def _cannot_proceed(episode: Episode) -> Reply:

@@ -174,3 +174,57 @@ def test_deferred_demonstrations_are_drawn_per_task_from_the_seed() -> None:
         make_demonstrations(policy, tasks, ENV, defer_unlock=1.5)
     with pytest.raises(ValueError, match="sft.defer_unlock"):
         load_config(None, ["sft.defer_unlock=2"])
+
+
+def _agent_actions(policy, demo) -> list[str]:
+    """The actions a demonstration imitates, as the compact view's text (the marked runs of its ids)."""
+    tr = demo.transcript
+    return [policy.tokenizer.decode(run).strip() for run in _segments(tr.ids, tr.action_mask, 1)]
+
+
+def test_a_teacher_that_skips_the_last_call_says_it_is_done_there_instead() -> None:
+    """``skip_last_call``: where the oracle would make the last call a task's last turn needs, with another of
+    that turn's calls made, the demonstration says it is done (imitated) and ends unsolved; other tasks keep
+    the oracle's demonstration."""
+    from rods_gym.trainer.tasks import load_tasks
+
+    policy = build_tiny_policy(TINY, "compact")
+    tasks = list(load_tasks("test", load_config("default").data))[::10][:40]
+    plain = make_demonstrations(policy, tasks, ENV)
+    skipped = make_demonstrations(policy, tasks, ENV, skip_last_call=1.0)
+    n_skipped = 0
+    for task, p, s in zip(tasks, plain, skipped):
+        last = len(task.turns) - 1
+        a, b = _agent_actions(policy, p), _agent_actions(policy, s)
+        assert p.success
+        if sum(c.turn == last for c in task.calls) < 2:
+            assert s.success and b == a, task.id  # nothing to skip: the oracle's demonstration
+            continue
+        n_skipped += 1
+        assert not s.success, task.id
+        # a reply where the oracle makes a call, after the same actions
+        assert b[-1].startswith("reply") and a[len(b) - 1].startswith("call ") and b[:-1] == a[: len(b) - 1], (task.id, a, b)
+        # that call was the last the task needs: after it the oracle only replies
+        assert all(x.startswith("reply") for x in a[len(b):]), (task.id, a, b)
+    assert 10 <= n_skipped < len(tasks)
+    half = make_demonstrations(policy, tasks, ENV, skip_last_call=0.5, seed=4)
+    again = make_demonstrations(policy, tasks, ENV, skip_last_call=0.5, seed=4)
+    assert [d.transcript.ids for d in half] == [d.transcript.ids for d in again]
+    n_half = sum(not d.success for d in half)
+    assert 0 < n_half < n_skipped  # drawn per demonstration
+    with pytest.raises(ValueError, match="skip_last_call must be a probability"):
+        make_demonstrations(policy, tasks, ENV, skip_last_call=-0.1)
+    with pytest.raises(ValueError, match="sft.skip_last_call"):
+        load_config(None, ["sft.skip_last_call=1.5"])
+
+
+def test_the_skipping_teacher_says_the_oracles_own_done() -> None:
+    """In the chat view, where a reply's text is kept, the reply that replaces the last call is the oracle's."""
+    from rods_gym.oracle import DONE
+    from rods_gym.trainer.tasks import load_tasks
+
+    policy = build_tiny_policy(TINY, "chat")
+    tasks = [t for t in load_tasks("test", load_config("default").data)
+             if t.meta.get("stratum") == "plain" and len(t.calls) >= 2][:3]
+    for demo in make_demonstrations(policy, tasks, "rods/ToolChain-Chat-v0", skip_last_call=1.0):
+        assert not demo.success and DONE in _agent_actions(policy, demo)[-1]

@@ -10,6 +10,7 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 import torch
+import yaml
 
 import rods_gym  # noqa: F401  (registers the environments)
 from rods_gym.cli import build_parser, main, parse_args
@@ -104,6 +105,22 @@ def test_bare_overrides_may_follow_options_and_a_new_name_moves_the_run(capsys) 
     assert load_config("default", ["name=foo", "run_dir=/tmp/y"]).run_dir == "/tmp/y"
     assert load_config("seeds", ["name=bar"]).run_dir == "runs/bar"
     assert load_config(None, ["name=baz"]).run_dir == "runs/baz"
+
+
+def test_the_oracle_config_is_the_main_job_with_a_perfect_teacher() -> None:
+    """``--config oracle`` differs from the default only in its name, run dir and teacher; the configs whose
+    recorded figures were measured with a perfect teacher (seeds, typed, the benchmarks' scales) keep one."""
+    import dataclasses
+
+    default, oracle = load_config("default"), load_config("oracle")
+    assert default.sft.skip_last_call == 0.6 and oracle.sft.skip_last_call == 0.0
+    same = dataclasses.replace(oracle, name=default.name, run_dir=default.run_dir,
+                               sft=dataclasses.replace(oracle.sft, skip_last_call=default.sft.skip_last_call))
+    assert same == default
+    assert load_config("seeds").sft.skip_last_call == load_config("typed").sft.skip_last_call == 0.0
+    bench = Path(__file__).resolve().parents[1] / "benchmarks" / "configs"
+    for scale in ("smoke", "cpu"):
+        assert yaml.safe_load((bench / f"{scale}.yaml").read_text())["train"]["config"] == "oracle", scale
 
 
 def test_a_shipped_config_name_is_not_shadowed_by_a_local_file_or_folder(tmp_path: Path, monkeypatch) -> None:

@@ -172,7 +172,8 @@ def changes_the_weights(key: str, before: Any, after: Any) -> bool:
 
 
 # sft fields that still matter once the warm start is done: PPO-ptx (grpo.sft_weight > 0) imitates these demonstrations
-PTX_DEMO_FIELDS = ("sft.data", "sft.demos", "sft.data_seed", "sft.recovery", "sft.defer_unlock", "sft.max_depth")
+PTX_DEMO_FIELDS = ("sft.data", "sft.demos", "sft.data_seed", "sft.recovery", "sft.defer_unlock", "sft.skip_last_call",
+                   "sft.max_depth")
 
 
 def command_overrides(args: argparse.Namespace) -> list[str]:

@@ -222,6 +222,10 @@ class SFTConfig:
     # (oracle_action's defer_unlock) instead of saying so at once: the same length, another order, so
     # the policy also sees a tool enabled after other calls
     defer_unlock: float = 0.0
+    # chance per demonstration, in a task whose last turn needs two or more calls, that the teacher replies that
+    # everything is done just before the last of them and the demonstration ends there: a teacher that leaves a
+    # compound request partly done, imitated as it is (the warm start then learns the slip; GRPO's return shows it)
+    skip_last_call: float = 0.0
     # imitate only tasks whose dependency depth is at most this (0: all depths). Demonstrations of
     # short call chains are the cheap ones; deeper tasks are then learned from reward alone (GRPO)
     max_depth: int = 0
@@ -388,6 +392,8 @@ def check_config(cfg: TrainConfig) -> None:
         raise ValueError("config rollout.error_classes is set but rollout.error_penalty is 0: nothing would be paid")
     if not 0.0 <= cfg.sft.recovery <= 1.0:
         raise ValueError(f"config sft.recovery must be a probability in [0, 1], got {cfg.sft.recovery}")
+    if not 0.0 <= cfg.sft.skip_last_call <= 1.0:
+        raise ValueError(f"config sft.skip_last_call must be a probability in [0, 1], got {cfg.sft.skip_last_call}")
     if not 0.0 <= cfg.sft.defer_unlock <= 1.0:
         raise ValueError(f"config sft.defer_unlock must be a probability in [0, 1], got {cfg.sft.defer_unlock}")
     if cfg.grpo.sft_weight < 0 or cfg.grpo.sft_batch < 1:

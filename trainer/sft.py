@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from rods_gym.episode import ToolCall
-from rods_gym.oracle import oracle_action
+from rods_gym.episode import Action, Episode, Reply, ToolCall
+from rods_gym.oracle import DONE, oracle_action
 from rods_gym.signature import compute_signature
 from rods_gym.suite import default_suite
 from rods_gym.task import TaskSpec
@@ -48,11 +48,26 @@ class Demo:
 
 
 DEFER_STREAM = 1  # the third key of a demonstration's defer_unlock draw (its slips' generator has two)
+SKIP_STREAM = 2  # the third key of its skip_last_call draw
+
+
+def done_too_soon(episode: Episode, truth: Action) -> bool:
+    """Whether a teacher that skips the last call says it is done instead of ``truth``, the oracle's next action:
+    ``truth`` is the last call the task needs, on its last turn, with another of that turn's calls already made
+    and no tool or value still withheld."""
+    task = episode.task
+    last = len(task.turns) - 1
+    if not isinstance(truth, ToolCall) or episode.turn != last or episode.locked or episode.pending:
+        return False
+    todo = episode.todo()
+    made = [cid for cid in episode.satisfied if task.call(cid).turn == last]
+    return len(todo) == 1 and bool(made)
 
 
 def make_demonstrations(policy: Policy, tasks: Sequence[TaskSpec], env_id: str,
                         env_kwargs: Mapping[str, Any] | None = None, *, recovery: float = 0.0,
-                        defer_unlock: float = 0.0, seed: int = 0, progress_bar: bool = False) -> list[Demo]:
+                        defer_unlock: float = 0.0, skip_last_call: float = 0.0, seed: int = 0,
+                        progress_bar: bool = False) -> list[Demo]:
     """The oracle's episode of every task, as token ids with the agent's tokens marked.
 
     ``recovery``: the chance, per oracle tool call, that a slip is drawn (``recovery.slipped_call``);
@@ -65,7 +80,14 @@ def make_demonstrations(policy: Policy, tasks: Sequence[TaskSpec], env_id: str,
     ``defer_unlock``: the chance, per demonstration, that the oracle defers saying a withheld tool is
     missing until the calls the available tools allow are made (``oracle_action(defer_unlock=True)``),
     drawn from ``numpy.random.default_rng([seed, task index, DEFER_STREAM])``.
+
+    ``skip_last_call``: the chance, per demonstration whose task needs two or more calls on its last turn,
+    that the teacher replies that everything is done where the oracle would make the task's last call
+    (``done_too_soon``), ending the demonstration unsolved; drawn from
+    ``numpy.random.default_rng([seed, task index, SKIP_STREAM])``.
     """
+    if not 0.0 <= skip_last_call <= 1.0:
+        raise ValueError(f"skip_last_call must be a probability in [0, 1], got {skip_last_call}")
     if not 0.0 <= defer_unlock <= 1.0:
         raise ValueError(f"defer_unlock must be a probability in [0, 1], got {defer_unlock}")
     if not 0.0 <= recovery <= 1.0:
@@ -79,6 +101,7 @@ def make_demonstrations(policy: Policy, tasks: Sequence[TaskSpec], env_id: str,
     for i, task in enumerate(tqdm(tasks, desc="demonstrations", disable=not progress_bar, dynamic_ncols=True)):
         rng = np.random.default_rng([seed, i])
         defer = defer_unlock > 0 and np.random.default_rng([seed, i, DEFER_STREAM]).random() < defer_unlock
+        skip = skip_last_call > 0 and np.random.default_rng([seed, i, SKIP_STREAM]).random() < skip_last_call
         plan = _oracle_length(env, i, task) if recovery > 0 else 0
         obs, info = env.reset(seed=i, options={"task": task})
         messages, tools = conversation_start(env, obs)
@@ -87,6 +110,8 @@ def make_demonstrations(policy: Policy, tasks: Sequence[TaskSpec], env_id: str,
         for done in range(MAX_DEMO_STEPS):
             ep = env.unwrapped.episode
             truth = oracle_action(ep, defer_unlock=defer)
+            if skip and done_too_soon(ep, truth):
+                truth = Reply(DONE)
             room = ep.max_steps - ep.steps > plan - done  # a slip besides the oracle's remaining actions
             if isinstance(truth, ToolCall) and room and recovery > 0 and rng.random() < recovery:
                 slip = slipped_call(truth, env.unwrapped.renderer.slots.values, rng)
@@ -168,7 +193,7 @@ def demonstrations(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], 
     and a model with learned positions (GPT-2's 1,024) cannot take a longer sequence at all."""
     demos = make_demonstrations(policy, demonstration_tasks(cfg, seeds, env_mode(cfg.data.env_id)), cfg.data.env_id,
                                 env_kwargs(cfg), recovery=cfg.sft.recovery, defer_unlock=cfg.sft.defer_unlock,
-                                seed=cfg.seed, progress_bar=progress_bar)
+                                skip_last_call=cfg.sft.skip_last_call, seed=cfg.seed, progress_bar=progress_bar)
     limit = cfg.rollout.max_context
     fit = [d for d in demos if len(d.transcript.ids) <= limit]
     if len(fit) < len(demos):
