@@ -7,7 +7,9 @@ For each policy (a ``save_pretrained`` directory), every task of the split is pl
 in the training config's evaluation environment and limits (``--config``, default the main job's):
 
 - **outcomes**: success; failure without any rejected action (a wrong or early reply, or out of
-  turns); failure after a rejected action, the episode ended by the policy or truncated.
+  turns); failure after a rejected action, the episode ended by the policy or truncated. Across them,
+  the failed episodes the policy ended with a reply while exactly one of the calls the task needs was
+  unmade (the slip a teacher that skips the last call, ``sft.skip_last_call``, leaves in its imitator).
 - **after a rejected action**, what the next action is: the same call again (the identical
   action text), the same tool with other arguments, another tool, a reply, a question, something
   malformed, or nothing (the episode ended there).
@@ -58,6 +60,19 @@ def outcome(tr: Trajectory) -> str:
     return OUTCOMES[3] if tr.truncated else OUTCOMES[2]
 
 
+SHORT = "ended by its reply with one call unmade"
+
+
+def one_call_short(tr: Trajectory, last_action: str | None) -> bool:
+    """Whether a failed episode was ended by the policy's reply (not truncated) with exactly one of the task's
+    calls unmade. The answer, if the task has one, is a requirement apart: only the final reply can meet it."""
+    if tr.success or tr.truncated or last_action is None or last_action.split()[:1] != ["reply"]:
+        return False
+    n = len(tr.task.calls) + (tr.task.answer is not None)
+    answered = tr.task.answer is not None and bool(tr.rewards) and tr.rewards[-1] > 0
+    return round(tr.progress * n) - answered == len(tr.task.calls) - 1
+
+
 def next_kind(action: str, following: str | None) -> str:
     """What the action after a rejected ``action`` was (``following``: its text, None if there was none)."""
     if following is None:
@@ -88,6 +103,7 @@ def analyse(policy_dir: str | Path, tasks: Sequence[Any], *, config: str = "defa
     after: Counter[str] = Counter()
     for tr in greedy:
         texts = action_texts(engine, tr)
+        outcomes[SHORT] += one_call_short(tr, texts[-1] if texts else None)
         for k, rejected in enumerate(tr.rejected):
             if rejected:
                 after[next_kind(texts[k], texts[k + 1] if k + 1 < len(texts) else None)] += 1
@@ -108,14 +124,14 @@ def analyse(policy_dir: str | Path, tasks: Sequence[Any], *, config: str = "defa
                         any_success=float(wins.any(axis=1).mean()), returns_differ=float((returns.std(axis=1) > 0).mean()))
     n = len(greedy)
     return {"policy": str(policy_dir), "tasks": n, "success": outcomes[OUTCOMES[0]] / n,
-            "outcomes": {k: outcomes[k] / n for k in OUTCOMES}, "rejections": sum(after.values()),
+            "outcomes": {k: outcomes[k] / n for k in (*OUTCOMES, SHORT)}, "rejections": sum(after.values()),
             "after_rejection": {k: after[k] for k in NEXT}, "recovery": recovery}
 
 
 def markdown(reports: Sequence[dict[str, Any]], temperature: float) -> str:
     names = [f"`{r['policy']}`" for r in reports]
     head = f"| greedy episodes, {reports[0]['tasks']} tasks | " + " | ".join(names) + " |\n|---|" + "---|" * len(reports)
-    rows = [f"| {k} | " + " | ".join(f"{r['outcomes'][k]:.3f}" for r in reports) + " |" for k in OUTCOMES]
+    rows = [f"| {k} | " + " | ".join(f"{r['outcomes'][k]:.3f}" for r in reports) + " |" for k in (*OUTCOMES, SHORT)]
     rows.append("| rejected actions | " + " | ".join(str(r["rejections"]) for r in reports) + " |")
     rows += [f"| next: {k} | " + " | ".join(f"{r['after_rejection'][k] / max(r['rejections'], 1):.3f}" for r in reports)
              + " |" for k in NEXT]

@@ -65,7 +65,10 @@ def main(argv: Sequence[str] | None = None) -> list[float]:
     ap.add_argument("--lr", type=float, default=5e-5, help="the GRPO run's learning rate (default: the main job's)")
     ap.add_argument("--schedule", choices=SCHEDULES, default="constant")
     ap.add_argument("--batch", type=int, default=32, help="demonstrations per step (grpo.sft_batch)")
-    ap.add_argument("--config", default="default", help="training config whose demonstrations to imitate")
+    ap.add_argument("--config", default="default",
+                    help="training config whose demonstrations to imitate (the default's teacher skips last calls, "
+                         "sft.skip_last_call; the figures in RESULTS.md from before 2026-12-04 used a perfect one, "
+                         "--config oracle now)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("overrides", nargs="*", help="config overrides, key=value")

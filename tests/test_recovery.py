@@ -204,14 +204,21 @@ def test_a_teacher_that_skips_the_last_call_says_it_is_done_there_instead() -> N
         assert not s.success, task.id
         # a reply where the oracle makes a call, after the same actions
         assert b[-1].startswith("reply") and a[len(b) - 1].startswith("call ") and b[:-1] == a[: len(b) - 1], (task.id, a, b)
-        # that call was the last the task needs: after it the oracle only replies
-        assert all(x.startswith("reply") for x in a[len(b):]), (task.id, a, b)
+        # that call was the last the task needs: after it the oracle at most replies (an answer, or done)
+        assert len(a) - len(b) <= 1 and all(x.startswith("reply") for x in a[len(b):]), (task.id, a, b)
+        assert s.skipped_last_call and not p.skipped_last_call
     assert 10 <= n_skipped < len(tasks)
     half = make_demonstrations(policy, tasks, ENV, skip_last_call=0.5, seed=4)
     again = make_demonstrations(policy, tasks, ENV, skip_last_call=0.5, seed=4)
+    other = make_demonstrations(policy, tasks, ENV, skip_last_call=0.5, seed=5)
     assert [d.transcript.ids for d in half] == [d.transcript.ids for d in again]
-    n_half = sum(not d.success for d in half)
-    assert 0 < n_half < n_skipped  # drawn per demonstration
+    assert [d.skipped_last_call for d in half] != [d.skipped_last_call for d in other]  # the seed draws them
+    n_half = sum(d.skipped_last_call for d in half)
+    assert n_half == sum(not d.success for d in half) and 0 < n_half < n_skipped  # drawn per demonstration
+    # with recovery slips too: the same skips, each still where the oracle makes the last call
+    both = make_demonstrations(policy, tasks, ENV, skip_last_call=0.5, recovery=0.5, seed=4)
+    assert [d.skipped_last_call for d in both] == [d.skipped_last_call for d in half]
+    assert all(d.success != d.skipped_last_call for d in both)
     with pytest.raises(ValueError, match="skip_last_call must be a probability"):
         make_demonstrations(policy, tasks, ENV, skip_last_call=-0.1)
     with pytest.raises(ValueError, match="sft.skip_last_call"):

@@ -741,3 +741,17 @@ def test_a_warm_start_longer_than_the_context_is_named_in_one_line(tmp_path: Pat
     mixed = seeds[:1] + seeds[-3:]  # one short (depth 1), three deep: most would be left out
     with pytest.warns(UserWarning, match="3 of 4 oracle demonstrations .* leave most of its demonstrations out"):
         check_demonstrations_fit(cfg, make_policy(cfg.policy, "chat"), mixed, n=4)
+
+
+def test_a_warm_start_checkpoint_from_before_a_new_sft_field_still_resumes(tmp_path: Path) -> None:
+    """A field added to SFTConfig since a checkpoint was made reads there as its default (the value that
+    warm start ran with): a checkpoint without ``skip_last_call`` is continued at 0 and refused at 0.6."""
+    from rods_gym.trainer.sft import SFT_SETTINGS, check_sft_checkpoint, sft_settings
+
+    cfg = load_config("oracle")
+    old = sft_settings(cfg.sft, cfg.seed)
+    del old["skip_last_call"]
+    (tmp_path / SFT_SETTINGS).write_text(json.dumps(old))
+    check_sft_checkpoint(tmp_path, sft_settings(cfg.sft, cfg.seed))
+    with pytest.raises(ValueError, match=r"sft.skip_last_call: 0.0 there, 0.6 now"):
+        check_sft_checkpoint(tmp_path, sft_settings(load_config("default").sft, cfg.seed))

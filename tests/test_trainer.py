@@ -61,12 +61,15 @@ def test_shipped_configs_load_and_overrides_apply() -> None:
     assert "Chat" in chat.data.env_id and chat.policy.max_positions >= 4096
     assert load_config("qwen_chat").policy.model.startswith("Qwen/")
     seeds, default = load_config("seeds"), load_config("default")  # the data-limited job: default's, but its warm start
+    # (on the perfect teacher's demonstrations)
     assert (seeds.sft.data, seeds.sft.demos, seeds.sft.steps, seeds.run_dir) == ("seeds", 400, 300, "runs/seeds")
     assert (seeds.grpo, seeds.rollout, seeds.policy, seeds.data) == (default.grpo, default.rollout, default.policy,
                                                                      default.data)
-    typed = load_config("typed")  # the default job on typed slot ids, with room for their two tokens each
+    typed, oracle = load_config("typed"), load_config("oracle")  # the perfect teacher's job on typed slot ids,
+    # with room for their two tokens each
     assert (typed.data.slot_ids, typed.rollout.max_action_tokens, typed.run_dir) == ("typed", 24, "runs/typed")
-    assert (typed.grpo, typed.sft, typed.policy) == (default.grpo, default.sft, default.policy)
+    assert (typed.grpo, typed.sft, typed.policy) == (oracle.grpo, oracle.sft, oracle.policy)
+    assert seeds.sft.skip_last_call == oracle.sft.skip_last_call == 0.0 < default.sft.skip_last_call
     assert parse_overrides(["a.b=3", "c=x"]) == {"a": {"b": 3}, "c": "x"}
 
 
@@ -1162,9 +1165,16 @@ def test_rods_sft_reports_the_jobs_evaluation_and_train_resume_reuses_it(tmp_pat
             "eval.samples=2", "sft.data=seeds", "sft.demos=8", "sft.steps=2", "sft.batch_size=4", "sft.threads=1",
             "eval.threads=1", "policy.hidden_size=32", "policy.intermediate_size=64", "policy.num_layers=1",
             "policy.num_heads=2", "rollout.tasks_per_step=2", "rollout.group_size=2", "rollout.max_turns=3",
-            "rollout.max_action_tokens=8"]
+            "rollout.max_action_tokens=8", "sft.skip_last_call=1.0"]
     assert main(["sft", "--run-dir", str(run), *tiny]) == 0
     out = capsys.readouterr().out
+    # sft.json counts the teacher's slips: every seed whose last turn needs two or more calls
+    from rods_gym.trainer.tasks import load_tasks
+
+    seeds = list(load_tasks("train", load_config(None).data))[:8]
+    short = sum(sum(c.turn == len(t.turns) - 1 for c in t.calls) >= 2 for t in seeds)
+    assert 0 < short < 8 and json.loads((run / "sft.json").read_text())["skipped_last_call"] == short
+    assert f"sft: 8 demonstrations (seeds), {short} of them ending where the teacher skips the last call" in out, out
     saved = json.loads((run / "eval_before.json").read_text())
     dev = saved["dev"]
     assert dev["episodes"] == 3 and dev["sampled"]["samples"] == 2 and dev["sampled"]["episodes"] == 6

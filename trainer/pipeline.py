@@ -231,7 +231,8 @@ def warm_start(cfg: TrainConfig, policy: Policy, seeds: list, accelerator: Accel
         logger.close()
     record = {"data": cfg.sft.data, "demos": len(demos), "steps": cfg.sft.steps, "final_loss": losses[-1] if losses else None,
               "seconds": time.perf_counter() - t0,
-              "demo_tokens": sum(len(d.transcript) for d in demos), "agent_tokens": sum(sum(d.transcript.action_mask) for d in demos)}
+              "demo_tokens": sum(len(d.transcript) for d in demos), "agent_tokens": sum(sum(d.transcript.action_mask) for d in demos),
+              "skipped_last_call": sum(d.skipped_last_call for d in demos)}  # the teacher's slips (sft.skip_last_call)
     if resumed_from:
         record["resumed_from_step"] = resumed_from
     if main:
@@ -239,7 +240,9 @@ def warm_start(cfg: TrainConfig, policy: Policy, seeds: list, accelerator: Accel
         (run_dir / "sft.json").write_text(json.dumps(record, indent=2))
         shutil.rmtree(ckpt_dir, ignore_errors=True)  # the finished warm start supersedes its checkpoint
     accelerator.wait_for_everyone()
-    log(f"sft: {len(demos)} demonstrations ({cfg.sft.data}), {cfg.sft.steps} steps, final loss {record['final_loss']:.3f}, "
+    slips = record["skipped_last_call"]
+    slips = f", {slips} of them ending where the teacher skips the last call" if slips else ""
+    log(f"sft: {len(demos)} demonstrations ({cfg.sft.data}){slips}, {cfg.sft.steps} steps, final loss {record['final_loss']:.3f}, "
         f"{record['seconds']:.0f}s")
     return record
 

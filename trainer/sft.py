@@ -45,6 +45,7 @@ class Demo:
     task: TaskSpec
     transcript: Transcript
     success: bool
+    skipped_last_call: bool = False  # the teacher said it was done where the oracle makes the last call
 
 
 DEFER_STREAM = 1  # the third key of a demonstration's defer_unlock draw (its slips' generator has two)
@@ -107,10 +108,12 @@ def make_demonstrations(policy: Policy, tasks: Sequence[TaskSpec], env_id: str,
         messages, tools = conversation_start(env, obs)
         tr = codec.start(messages, tools)
         taken: list[Any] = []  # every action stepped so far, slips included (to replay the episode)
+        skipped = False  # a skip ends the episode: a reply on its last turn
         for done in range(MAX_DEMO_STEPS):
             ep = env.unwrapped.episode
             truth = oracle_action(ep, defer_unlock=defer)
-            if skip and done_too_soon(ep, truth):
+            skipped = skip and done_too_soon(ep, truth)
+            if skipped:
                 truth = Reply(DONE)
             room = ep.max_steps - ep.steps > plan - done  # a slip besides the oracle's remaining actions
             if isinstance(truth, ToolCall) and room and recovery > 0 and rng.random() < recovery:
@@ -137,7 +140,7 @@ def make_demonstrations(policy: Policy, tasks: Sequence[TaskSpec], env_id: str,
                 break
             messages, n_new = conversation_step(env, messages, action, obs, info)
             codec.continue_after_action(tr, messages, n_new, tools, stopped=True)
-        demos.append(Demo(task, tr, bool(info["success"])))
+        demos.append(Demo(task, tr, bool(info["success"]), skipped))
     env.close()
     return demos
 
@@ -345,7 +348,9 @@ def check_sft_checkpoint(path: str | Path, settings: Mapping[str, Any]) -> None:
     if not file.exists():
         return
     saved = json.loads(file.read_text())
-    differ = {k: (saved.get(k), v) for k, v in settings.items() if saved.get(k) != v}
+    # a field added since the checkpoint was made reads as its default, with which that warm start ran
+    known = {**dataclasses.asdict(SFTConfig()), **saved}
+    differ = {k: (known.get(k), v) for k, v in settings.items() if known.get(k) != v}
     if differ:
         named = "; ".join(f"{k if k in ('seed', 'demonstrations') else 'sft.' + k}: {a!r} there, {b!r} now"
                           for k, (a, b) in differ.items())
