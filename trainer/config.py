@@ -335,6 +335,14 @@ def check_truncation(top_k: int, top_p: float) -> None:
         raise ValueError(f"top_p must lie in (0, 1] (1: off), got {top_p!r}")
 
 
+def check_demo_chances(**chances: float) -> None:
+    """Refuse a demonstration chance (``sft.recovery``, ``sft.defer_unlock``, ``sft.skip_last_call``) outside
+    [0, 1], naming it and its value."""
+    for name, p in chances.items():
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"{name} must be a probability in [0, 1], got {p}")
+
+
 def check_config(cfg: TrainConfig) -> None:
     if not cfg.name.strip() or "/" in cfg.name or cfg.name in (".", ".."):
         raise ValueError(f"config name={cfg.name!r}: a run's name must be a non-empty word without '/' (it names "
@@ -390,12 +398,11 @@ def check_config(cfg: TrainConfig) -> None:
             raise ValueError(f"config rollout.error_classes: unknown error class {cls!r}; use some of {list(penalized)}")
     if cfg.rollout.error_classes and cfg.rollout.error_penalty <= 0:
         raise ValueError("config rollout.error_classes is set but rollout.error_penalty is 0: nothing would be paid")
-    if not 0.0 <= cfg.sft.recovery <= 1.0:
-        raise ValueError(f"config sft.recovery must be a probability in [0, 1], got {cfg.sft.recovery}")
-    if not 0.0 <= cfg.sft.skip_last_call <= 1.0:
-        raise ValueError(f"config sft.skip_last_call must be a probability in [0, 1], got {cfg.sft.skip_last_call}")
-    if not 0.0 <= cfg.sft.defer_unlock <= 1.0:
-        raise ValueError(f"config sft.defer_unlock must be a probability in [0, 1], got {cfg.sft.defer_unlock}")
+    try:
+        check_demo_chances(recovery=cfg.sft.recovery, skip_last_call=cfg.sft.skip_last_call,
+                           defer_unlock=cfg.sft.defer_unlock)
+    except ValueError as exc:
+        raise ValueError(f"config sft.{exc}") from None
     if cfg.grpo.sft_weight < 0 or cfg.grpo.sft_batch < 1:
         raise ValueError("config grpo.sft_weight must be >= 0 and grpo.sft_batch >= 1")
     if cfg.grpo.sft_weight > 0 and not cfg.sft.enabled:

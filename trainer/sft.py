@@ -29,7 +29,7 @@ from rods_gym.signature import compute_signature
 from rods_gym.suite import default_suite
 from rods_gym.task import TaskSpec
 
-from .config import SFTConfig, TrainConfig, env_kwargs
+from .config import SFTConfig, TrainConfig, check_demo_chances, env_kwargs
 from .generation import no_cache
 from .master_weights import MasterWeights, runs_in_fp16
 from .policy import Policy
@@ -60,9 +60,7 @@ def done_too_soon(episode: Episode, truth: Action) -> bool:
     last = len(task.turns) - 1
     if not isinstance(truth, ToolCall) or episode.turn != last or episode.locked or episode.pending:
         return False
-    todo = episode.todo()
-    made = [cid for cid in episode.satisfied if task.call(cid).turn == last]
-    return len(todo) == 1 and bool(made)
+    return len(episode.todo()) == 1 and any(task.call(cid).turn == last for cid in episode.satisfied)
 
 
 def make_demonstrations(policy: Policy, tasks: Sequence[TaskSpec], env_id: str,
@@ -87,12 +85,7 @@ def make_demonstrations(policy: Policy, tasks: Sequence[TaskSpec], env_id: str,
     (``done_too_soon``), ending the demonstration unsolved; drawn from
     ``numpy.random.default_rng([seed, task index, SKIP_STREAM])``.
     """
-    if not 0.0 <= skip_last_call <= 1.0:
-        raise ValueError(f"skip_last_call must be a probability in [0, 1], got {skip_last_call}")
-    if not 0.0 <= defer_unlock <= 1.0:
-        raise ValueError(f"defer_unlock must be a probability in [0, 1], got {defer_unlock}")
-    if not 0.0 <= recovery <= 1.0:
-        raise ValueError(f"recovery must be a probability in [0, 1], got {recovery}")
+    check_demo_chances(recovery=recovery, defer_unlock=defer_unlock, skip_last_call=skip_last_call)
     codec = ChatCodec(policy)
     env = gym.make(env_id, **dict(env_kwargs or {}))
     if recovery > 0 and getattr(env.unwrapped, "mode", None) != "compact":
