@@ -27,7 +27,7 @@ from transformers.utils import logging as hf_logging  # noqa: E402
 from rods_gym import compute_signature, default_suite, load_split  # noqa: E402
 from rods_gym.integrations.episodes import TextEpisode, make_text_env  # noqa: E402
 from rods_gym.integrations.sources import make_source  # noqa: E402
-from rods_gym.integrations.trl import SLOT_KEY, RODSCallback, TRLCurriculum  # noqa: E402
+from rods_gym.integrations.trl import SLOT_KEY, RODSCallback, TRLCurriculum, generations_needed  # noqa: E402
 from rods_gym.trainer.policy import Policy, wrap  # noqa: E402
 from rods_gym.trainer.tokenization import build_compact_tokenizer  # noqa: E402
 from rods_gym.trainer.transcript import ChatCodec  # noqa: E402
@@ -227,3 +227,8 @@ def test_config_that_does_not_fit_is_refused(seeds: list) -> None:
                       group_size=4)
     with pytest.raises(ValueError, match="not a rods-gym row"):
         curriculum.task_of([{"role": "user", "content": "hello"}])
+    # one generation per optimizer step when TRL accumulates micro-batches (steps_per_generation = accumulation)
+    assert generations_needed(10, 4, 4, 1) == 10 and generations_needed(10, 4, 4, 2) == 5
+    good = GRPOConfig(output_dir="unused", use_cpu=True, report_to="none", max_steps=3, per_device_train_batch_size=2,
+                      gradient_accumulation_steps=4, num_generations=4, shuffle_dataset=False)
+    assert len(curriculum.dataset(good)) == 3 * 2  # 3 generations of 2 tasks

@@ -100,10 +100,14 @@ class ShimBatch:
 
 
 def verl_batch(collated: dict[str, Any], returns: list[float], successes: list[bool]) -> Any:
-    """What verl's trainer has after a step: the collated rows repeated G times (interleaved), with the scores."""
+    """What verl 0.9's RayPPOTrainer has after a step: the collated rows repeated G times (interleaved) without the
+    columns it moves to the generation batch (all but data_source, reward_model, extra_info, uid), with the scores
+    and the agent loop's extra fields."""
     from verl import DataProto
 
-    batch = DataProto.from_single_dict(collated).repeat(repeat_times=G, interleave=True)
+    batch = DataProto.from_single_dict(collated)
+    batch.pop(non_tensor_batch_keys=[k for k in batch.non_tensor_batch if k not in ("data_source", "extra_info")])
+    batch = batch.repeat(repeat_times=G, interleave=True)
     scores = torch.zeros(len(returns), 5)
     scores[:, -1] = torch.tensor(returns)
     extra = DataProto.from_dict(tensors={"token_level_scores": scores},
@@ -197,7 +201,8 @@ def test_sampler_with_verl_dataproto_and_stateful_loader(seeds: list) -> None:
     rows0 = rows_of(collated)
     slots, returns, successes = episodes(rows0)
     batch = verl_batch(collated, returns, successes)
-    assert [int(s) for s in batch.non_tensor_batch["rods_slot"]] == slots  # verl's interleaved repeat
+    assert "rods_slot" not in batch.non_tensor_batch  # moved to the generation batch, as verl does
+    assert [int(i["rods_slot"]) for i in batch.non_tensor_batch["extra_info"]] == slots  # verl's interleaved repeat
     sampler.update(batch)
     assert sampler.schedule.observed_batches == 1
     check_served_variant(sampler, sampler.data_source, rows0)

@@ -68,9 +68,11 @@ def slot_rows(first: int, n: int) -> list[dict[str, Any]]:
     return [{"prompt": [{"role": "user", "content": "", SLOT_KEY: first + i}]} for i in range(n)]
 
 
-def generations_needed(max_steps: int, steps_per_generation: int, num_iterations: int) -> int:
-    """How many generation batches TRL rolls out in ``max_steps`` optimizer steps."""
-    return math.ceil(max_steps / (steps_per_generation * num_iterations))
+def generations_needed(max_steps: int, gradient_accumulation_steps: int, steps_per_generation: int,
+                       num_iterations: int) -> int:
+    """How many generation batches TRL rolls out in ``max_steps`` optimizer steps: one every
+    ``steps_per_generation * num_iterations`` micro-steps, ``gradient_accumulation_steps`` micro-steps a step."""
+    return math.ceil(max_steps * gradient_accumulation_steps / (steps_per_generation * num_iterations))
 
 
 def rods_env_reward(completions: list[Any], rods_return: list[float], rods_success: list[bool] | None = None,
@@ -123,7 +125,8 @@ class TRLCurriculum:
     def dataset(self, args: Any) -> Dataset:
         """The slot rows for a run with these ``GRPOConfig`` ``args`` (its ``max_steps`` must be set)."""
         self.check_args(args)
-        n = generations_needed(args.max_steps, args.steps_per_generation, args.num_iterations)
+        n = generations_needed(args.max_steps, args.gradient_accumulation_steps, args.steps_per_generation,
+                               args.num_iterations)
         return Dataset.from_list(slot_rows(0, n * self.schedule.tasks_per_batch))
 
     @staticmethod
@@ -293,7 +296,6 @@ class RODSCallback(TrainerCallback, ExportableState):
         if not isinstance(curriculum, TRLCurriculum):
             raise TypeError(f"RODSCallback needs the TRLCurriculum it feeds, got {type(curriculum).__name__}")
         self.curriculum = curriculum
-        self.observed: list[int] = []  # batches observed in this process's run, in order
 
     def state(self) -> dict[str, Any]:
         return {"args": {}, "attributes": {CALLBACK_STATE: self.curriculum.state_dict()}}
@@ -315,9 +317,7 @@ class RODSCallback(TrainerCallback, ExportableState):
         if trainer is None:
             raise RuntimeError("RODSCallback: no rollout ran before this step; pass rollout_func=curriculum.rollout "
                                "to the GRPOTrainer")
-        done = self.curriculum.observe_logged(trainer)
-        self.observed += done
-        if done:
+        if self.curriculum.observe_logged(trainer):
             metrics = getattr(trainer, "_metrics", {}).get("train")
             if metrics is not None:  # averaged into the next log line by GRPOTrainer.log
                 for key, value in self.curriculum.schedule.telemetry().items():

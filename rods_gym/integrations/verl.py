@@ -16,7 +16,7 @@ interface (:class:`AbstractCurriculumSampler` below); on verl 0.9 :mod:`.verl_tr
 ``s`` to position ``s % k`` of curriculum batch ``s // k`` (``k = data.train_batch_size``), drawing a batch
 from the task source when its first slot is fetched. :class:`RODSTaskDataset` (``data.custom_cls``) turns a
 slot into a verl row (the task's opening messages, ``agent_name: rods_env``, the task in ``extra_info``).
-``update(batch)`` reads each rollout's slot (``non_tensor_batch["rods_slot"]``) and its score
+``update(batch)`` reads each rollout's slot (``non_tensor_batch["rods_slot"]``, or ``extra_info["rods_slot"]``) and its score
 (``batch["token_level_scores"].sum(-1)``, the env's return the agent loop reported, from which verl's
 advantages are computed) and the source observes every complete batch: no extra episode.
 
@@ -140,6 +140,7 @@ class RODSTaskDataset(Dataset):
             return self.row(self.tasks[item], item)
         row = self.row(self.schedule.task(item), item)
         row[SLOT_FIELD] = item
+        row["extra_info"][SLOT_FIELD] = item
         return row
 
 
@@ -155,6 +156,19 @@ def rods_options(data_config: Any) -> dict[str, Any]:
         raise ValueError(f"data.rods.{missing[0]} is required (+data.rods.group_size=<actor_rollout_ref.rollout.n> "
                          "+data.rods.steps=<training steps>)")
     return opts
+
+
+def batch_slots(non_tensor: Mapping[str, Any] | None) -> list[int] | None:
+    """Each rollout's slot: the ``rods_slot`` column, else ``extra_info["rods_slot"]`` (verl 0.9's trainer moves every
+    column but ``data_source``, ``reward_model``, ``extra_info`` and ``uid`` out of the batch it trains on)."""
+    if not non_tensor:
+        return None
+    if SLOT_FIELD in non_tensor:
+        return [int(s) for s in non_tensor[SLOT_FIELD]]
+    infos = non_tensor.get("extra_info")
+    if infos is None or any(not isinstance(i, Mapping) or i.get(SLOT_FIELD) is None for i in infos):
+        return None
+    return [int(i[SLOT_FIELD]) for i in infos]
 
 
 class RODSCurriculumSampler(_SamplerBase):
@@ -197,12 +211,12 @@ class RODSCurriculumSampler(_SamplerBase):
         """Observe the curriculum batches complete in ``batch`` (verl's ``DataProto`` of one training step)."""
         non_tensor = getattr(batch, "non_tensor_batch", None)
         tensors = getattr(batch, "batch", None)
-        if non_tensor is None or tensors is None or SLOT_FIELD not in non_tensor:
-            raise ValueError(f"update(batch): the batch has no non_tensor_batch[{SLOT_FIELD!r}]; its rows must come "
-                             "from RODSTaskDataset driven by this sampler")
+        slots = batch_slots(non_tensor)
+        if tensors is None or slots is None:
+            raise ValueError(f"update(batch): no {SLOT_FIELD!r} in the batch's non_tensor_batch or its extra_info; its "
+                             "rows must come from RODSTaskDataset driven by this sampler")
         if "token_level_scores" not in tensors.keys():
             raise ValueError("update(batch): the batch has no token_level_scores (call update after the rewards)")
-        slots = [int(s) for s in non_tensor[SLOT_FIELD]]
         scores = tensors["token_level_scores"].sum(-1).tolist()
         successes = non_tensor.get("rods_success")
         oks = [bool(s) for s in successes] if successes is not None else [False] * len(slots)
