@@ -2,17 +2,20 @@
 rewards TRL computed (``rods_gym.integrations.trl``).
 
     pip install torch==2.13.0 && pip install -e ".[all,trl]"
-    python examples/trl_rods.py                            # the embedded tiny model (compact view), CPU, ~2 min
-    python examples/trl_rods.py --steps 4 --sft-steps 50   # a quick check
+    python examples/trl_rods.py                            # the embedded tiny model (compact view), CPU, ~5 min
+    python examples/trl_rods.py --steps 4 --sft-steps 50   # a quick check, ~1 min
     python examples/trl_rods.py --resume runs/trl_rods/checkpoint-10   # continue a run: same model, same tasks
     python examples/trl_rods.py --model Qwen/Qwen2.5-0.5B-Instruct --allow-download \\
         --env-id rods/ToolChain-Chat-v0 --max-completion 1024 --max-action 128 --bf16     # a chat model, on a GPU
 
 The embedded model is the main job's (``--config default``: a 4-layer, 1.09M-parameter Llama built from its
 config, tokenizer from the suite's compact vocabulary, nothing downloaded), warm-started by ``--sft-steps`` of
-our SFT on the oracle's demonstrations (0 to skip; a model that never calls a tool gives every group the same
-return and teaches GRPO nothing). Each step prints TRL's mean reward and the curriculum's telemetry;
-checkpoints (``--save-steps``) hold the model, the optimizer and the curriculum's state.
+our SFT on the oracle's demonstrations of the seed tasks (0 to skip; a model that never calls a tool gives every
+group the same return and teaches GRPO nothing). Each step prints TRL's mean reward (over the step's tasks, which
+the curriculum changes: not a learning curve) and the curriculum's telemetry; checkpoints (``--save-steps``) hold
+the model, the optimizer and the curriculum's state. Measured on a shared 2-core CPU (2026-12-06): the defaults
+took 4 min 47 s, 199 s of it the warm start and 80 s the 20 GRPO steps; RODS synthesized variants of boundary
+tasks from step 5 on and had admitted 12 of them to its pool by step 20.
 """
 
 from __future__ import annotations

@@ -35,21 +35,24 @@ def _pyarrow() -> Any:
     return pyarrow
 
 
+def task_row(task: TaskSpec, messages: Sequence[dict[str, Any]], *, index: int, split: str, env_id: str
+             ) -> dict[str, Any]:
+    """The verl row of ``task`` whose opening ``messages`` (from ``env_id``'s reset) the prompt holds."""
+    return {
+        "data_source": DATA_SOURCE,
+        "prompt": [{"role": str(m["role"]), "content": str(m["content"])} for m in messages],
+        "ability": "tool_use",
+        "reward_model": {"style": "env", "ground_truth": task.id},
+        "extra_info": {"index": index, "split": split, "task_id": task.id, "env_id": env_id, "rods_task": task.to_json()},
+        "agent_name": AGENT_NAME,
+    }
+
+
 def task_rows(tasks: Sequence[TaskSpec], env_id: str = DEFAULT_ENV_ID, split: str = "") -> list[dict[str, Any]]:
     """verl rows of ``tasks``: their opening messages as ``env_id`` renders them, the task itself in ``extra_info``."""
     env = make_text_env(env_id)
     episode = TextEpisode(env)
-    rows = []
-    for i, task in enumerate(tasks):
-        messages, _ = episode.start(task)
-        rows.append({
-            "data_source": DATA_SOURCE,
-            "prompt": [{"role": str(m["role"]), "content": str(m["content"])} for m in messages],
-            "ability": "tool_use",
-            "reward_model": {"style": "env", "ground_truth": task.id},
-            "extra_info": {"index": i, "split": split, "task_id": task.id, "env_id": env_id, "rods_task": task.to_json()},
-            "agent_name": AGENT_NAME,
-        })
+    rows = [task_row(task, episode.start(task)[0], index=i, split=split, env_id=env_id) for i, task in enumerate(tasks)]
     env.close()
     return rows
 

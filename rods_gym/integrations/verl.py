@@ -40,7 +40,7 @@ from torch.utils.data import Dataset, Sampler
 from rods_gym.task import TaskSpec
 
 from .episodes import TextEpisode, make_text_env
-from .rows import AGENT_NAME, DATA_SOURCE, DEFAULT_ENV_ID, read_task_rows
+from .rows import DEFAULT_ENV_ID, read_task_rows, task_row
 from .schedule import Rollout, SlotSchedule
 from .sources import make_source
 
@@ -128,10 +128,8 @@ class RODSTaskDataset(Dataset):
         """A verl row of ``task``: as ``rows.task_rows`` writes it, plus what verl's RLHFDataset adds."""
         if self._episode is None:
             self._episode = TextEpisode(make_text_env(self.env_id))
-        messages, _ = self._episode.start(task)
-        info = {"index": index, "task_id": task.id, "env_id": self.env_id, "rods_task": task.to_json()}
-        return {"data_source": DATA_SOURCE, "raw_prompt": [dict(m) for m in messages], "agent_name": AGENT_NAME,
-                "extra_info": info, "index": index, "tools_kwargs": {}, "interaction_kwargs": {},
+        row = task_row(task, self._episode.start(task)[0], index=index, split="", env_id=self.env_id)
+        return {**row, "raw_prompt": row["prompt"], "index": index, "tools_kwargs": {}, "interaction_kwargs": {},
                 "dummy_tensor": torch.tensor([0], dtype=torch.uint8)}  # verl's DataProto needs one tensor
 
     def __getitem__(self, item: int) -> dict[str, Any]:
