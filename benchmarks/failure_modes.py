@@ -20,8 +20,8 @@ in the training config's evaluation environment and limits (``--config``, defaul
   progress, and the share of branch points from which any continuation succeeds or the
   continuations' returns differ at all (what a GRPO group started there could learn from).
   ``--branch first-miss`` branches instead at the state *before* each failed greedy episode's
-  first miss, an action rejected or without effect (``branch_before_first_miss``, where
-  ``rollout.branch_size`` trains): how often sampling finds what greedy decoding missed.
+  first miss, an action rejected or without effect (``branch_before_first_miss``): how often
+  sampling finds what greedy decoding missed.
 """
 
 from __future__ import annotations

@@ -272,7 +272,7 @@ def single_turn_config(scale: Scale, config: str, loss: str) -> TrainConfig:
         f"rollout.max_action_tokens={scale.max_tokens}", "rollout.max_turns=1", "rollout.temperature=1.0",
         "grpo.beta=0.0", f"grpo.aggregation={loss}", "grpo.epochs=1", "grpo.minibatches=1",
         f"grpo.micro_batch_size={scale.micro_batch}", "grpo.scheduler=constant", "grpo.warmup_steps=0",
-        "grpo.weight_decay=0.0", "grpo.sft_weight=0",  # TRL's GRPOTrainer has no PPO-ptx term
+        "grpo.weight_decay=0.0",
     ])
 
 
@@ -357,7 +357,6 @@ def run_benchmark(scale_name: str, *, config: str = "default", loss: str = "toke
         if multi and scale.multi_steps > 0:
             mcfg = load_config(config, [f"steps={scale.warmup + scale.multi_steps}", "time_limit_min=0",
                                         "checkpoint_every=0", "tensorboard=false", "progress_bar=false", "threads=1",
-                                        "grpo.sft_weight=0",  # rollouts + the GRPO update; ptx's cost is extra
                                         *scale.multi_overrides])
             multi_summary = summarize(our_steps(mcfg, policy_dir, seeds, tmp_path / "multi", scale.warmup))
 

@@ -53,9 +53,9 @@ def job_config(args: argparse.Namespace) -> TrainConfig:
         f"rollout.tasks_per_step={args.tasks_per_step}", f"rollout.group_size={args.group_size}",
         f"rollout.max_turns={args.max_turns}", f"rollout.max_action_tokens={args.max_action_tokens}",
         "rollout.turn_slack=null",  # the TRL adapter bounds episodes by max_turns and the env's step limit only
-        "rollout.temperature=1.0", "rollout.top_k=0", "rollout.top_p=1.0", "grpo.beta=0.0", "grpo.aggregation=token",
+        "rollout.temperature=1.0", "grpo.beta=0.0", "grpo.aggregation=token",
         "grpo.epochs=1", "grpo.minibatches=1", f"grpo.micro_batch_size={args.micro_batch}", "grpo.scheduler=constant",
-        "grpo.warmup_steps=0", "grpo.weight_decay=0.0", "grpo.sft_weight=0", "eval.every=0",
+        "grpo.warmup_steps=0", "grpo.weight_decay=0.0", "eval.every=0",
     ])
 
 

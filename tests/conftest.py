@@ -286,3 +286,25 @@ def crash_warm_start_after(monkeypatch: pytest.MonkeyPatch, step: int) -> Callab
 
     monkeypatch.setattr(pipeline, "train_sft", crashing)
     return lambda: monkeypatch.setattr(pipeline, "train_sft", real)
+
+
+def build_tiny_lfm2_policy(cfg: Any, mode: str, slot_ids: str = "ordered") -> Any:
+    """The embedded tokenizer with a seeded LFM2 of ``cfg``'s sizes (its even layers short convolutions, odd layers
+    attention): a model whose cache holds a recurrent state, as a hub LFM2 or Mamba-style model brings, built from a
+    config (nothing downloaded) to test the decoder's path for such models."""
+    import torch
+    from transformers import AutoModelForCausalLM, Lfm2Config
+
+    from rods_gym.trainer.policy import build_tiny_policy, wrap
+
+    tokenizer = build_tiny_policy(cfg, mode, slot_ids=slot_ids).tokenizer
+    config = Lfm2Config(vocab_size=len(tokenizer), hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+                        num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
+                        num_key_value_heads=cfg.num_heads, max_position_embeddings=cfg.max_positions,
+                        tie_word_embeddings=True, full_attn_idxs=list(range(1, cfg.num_layers, 2)),
+                        block_auto_adjust_ff_dim=False, bos_token_id=tokenizer.bos_token_id,
+                        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.init_seed)
+        model = AutoModelForCausalLM.from_config(config)
+    return wrap(model, tokenizer, f"tiny-lfm2-{mode}")

@@ -12,6 +12,8 @@ from rods_gym.trainer.grpo import LossSettings, grpo_loss, make_batch, token_log
 from rods_gym.trainer.policy import build_tiny_policy
 from rods_gym.trainer.rollout import RolloutEngine, RolloutSettings, conversation_start
 
+from conftest import build_tiny_lfm2_policy
+
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
 
 TINY = PolicyConfig(hidden_size=32, intermediate_size=64, num_layers=2, num_heads=2, max_positions=1024)
@@ -115,8 +117,8 @@ def test_a_model_with_recurrent_state_decodes_each_row_as_it_would_alone() -> No
     cache rows cannot be selected: the session finds that out (a Llama's cache holds keys and values
     only) and encodes each row's whole history per turn, so rows of different lengths, with finished
     rows fed padding while others sample, still generate exactly what they generate alone."""
-    lfm2 = build_tiny_policy(PolicyConfig(architecture="lfm2", hidden_size=32, intermediate_size=64, num_layers=2,
-                                          num_heads=2, max_positions=1024), "compact")
+    lfm2 = build_tiny_lfm2_policy(PolicyConfig(hidden_size=32, intermediate_size=64, num_layers=2, num_heads=2,
+                                               max_positions=1024), "compact")
     llama = build_tiny_policy(TINY, "compact")
     prompts = [[1, 4, 9, 10, 11, 5], [1, 4, 12, 5], [1, 4, 9, 10, 11, 5], [1, 4, 20, 21, 22, 23, 24, 25, 5]]
     kw = dict(stop_ids=tuple(range(6, 300, 3)), max_new_tokens=5, temperature=1.0)  # rows stop at different lengths

@@ -15,6 +15,8 @@ from rods_gym.trainer.config import PolicyConfig
 from rods_gym.trainer.policy import build_tiny_policy, load_policy, save_policy
 from rods_gym.trainer.tokenization import build_chat_tokenizer, build_compact_tokenizer
 
+from conftest import build_tiny_lfm2_policy
+
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
 
 TINY = PolicyConfig(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, max_positions=512)
@@ -91,10 +93,10 @@ def test_byte_level_chat_tokenizer_round_trips_text_and_renders_tools() -> None:
 
 @pytest.mark.parametrize("mode, architecture", [("compact", "llama"), ("chat", "llama"), ("compact", "lfm2")])
 def test_tiny_policy_saves_and_reloads_with_any_tool(mode: str, architecture: str, tmp_path: Path) -> None:
-    cfg = replace(TINY, architecture=architecture, num_layers=2)  # LFM2: a convolution, then attention
-    policy = build_tiny_policy(cfg, mode)
+    cfg = replace(TINY, num_layers=2)  # LFM2: a convolution, then attention
+    policy = build_tiny_lfm2_policy(cfg, mode) if architecture == "lfm2" else build_tiny_policy(cfg, mode)
     assert type(policy.model).__name__ == {"llama": "LlamaForCausalLM", "lfm2": "Lfm2ForCausalLM"}[architecture]
-    again = build_tiny_policy(cfg, mode)
+    again = build_tiny_lfm2_policy(cfg, mode) if architecture == "lfm2" else build_tiny_policy(cfg, mode)
     for a, b in zip(policy.model.parameters(), again.model.parameters()):
         assert torch.equal(a, b)  # seeded init
     path = save_policy(policy, tmp_path / "policy")
@@ -107,11 +109,6 @@ def test_tiny_policy_saves_and_reloads_with_any_tool(mode: str, architecture: st
         assert torch.allclose(model(ids).logits, policy.model(ids).logits, atol=1e-6)
     reloaded = load_policy(path)
     assert reloaded.stop_ids[0] == policy.eos_id
-
-
-def test_lfm2_needs_an_attention_layer() -> None:
-    with pytest.raises(ValueError, match="architecture=lfm2 needs policy.num_layers >= 2"):
-        build_tiny_policy(replace(TINY, architecture="lfm2", num_layers=1), "compact")
 
 
 def test_policy_init_does_not_touch_the_global_rng() -> None:
@@ -137,24 +134,6 @@ def test_missing_policy_names_the_path_and_the_offline_hint(tmp_path: Path) -> N
         load_policy("rods-gym-tests/no-such-model")
     with pytest.raises(ValueError, match="structured"):
         build_tiny_policy(TINY, "structured")
-
-
-def test_compact_word_piece_tokenizer_round_trips_and_shares_pieces(suite, easy_tasks) -> None:
-    tok = build_compact_tokenizer(suite, pieces=True)
-    words = vocabulary(suite)
-    text = " ".join(words)
-    ids = tok(text, add_special_tokens=False)["input_ids"]
-    assert tok.unk_token_id not in ids and tok.decode(ids) == text
-    assert len(tok) < len(build_compact_tokenizer(suite)) < len(ids)  # fewer units, shared across names
-    pieces = tok.convert_ids_to_tokens(tok("find_contact_by_phone $12", add_special_tokens=False)["input_ids"])
-    assert pieces == ["find", "##_contact", "##_by", "##_phone", "$12"]
-    env = gym.make("rods/ToolChain-Compact-v0")
-    for task in easy_tasks[:10]:
-        obs, _ = env.reset(options={"task": task})
-        action = env.unwrapped.oracle_action()
-        for text in (obs, action):
-            enc = tok(text, add_special_tokens=False)["input_ids"]
-            assert tok.unk_token_id not in enc and tok.decode(enc) == " ".join(text.split())
 
 
 def test_actions_end_with_the_templates_end_of_turn_token_when_eos_differs(easy_tasks) -> None:

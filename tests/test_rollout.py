@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rods_gym.trainer.config import PolicyConfig
-from rods_gym.trainer.generation import generate_actions, truncated_probs
+from rods_gym.trainer.generation import generate_actions
 from rods_gym.trainer.grpo import make_batch, token_logprobs
 from rods_gym.trainer.policy import build_tiny_policy
 from dataclasses import replace
@@ -17,6 +17,8 @@ from rods_gym.trainer.rollout import (Branch, RolloutEngine, RolloutSettings, br
                                       oracle_actions)
 from rods_gym.trainer.sft import make_demonstrations
 from rods_gym.trainer.transcript import ChatCodec, TemplateError
+
+from conftest import build_tiny_lfm2_policy
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
 
@@ -41,8 +43,10 @@ def _recomputed(policy, trajs, temperature):
 def test_recomputed_logprobs_equal_sampling_logprobs(compact_policy, easy_tasks, slot_ids: str, architecture: str) -> None:
     """Also for a model with recurrent state (LFM2's convolutions), which the decoder never pads inside a row."""
     settings = RolloutSettings(max_action_tokens=6, max_turns=3, temperature=0.7)
-    policy = compact_policy if (slot_ids, architecture) == ("ordered", "llama") else \
-        build_tiny_policy(replace(TINY, architecture=architecture), "compact", slot_ids=slot_ids)
+    if architecture == "lfm2":
+        policy = build_tiny_lfm2_policy(TINY, "compact", slot_ids)
+    else:
+        policy = compact_policy if slot_ids == "ordered" else build_tiny_policy(TINY, "compact", slot_ids=slot_ids)
     kwargs = {} if slot_ids == "ordered" else {"slot_ids": slot_ids}
     engine = RolloutEngine(policy, "rods/ToolChain-Compact-v0", settings, kwargs)
     trajs, stats = engine.run(easy_tasks[:4], 3, generator=torch.Generator().manual_seed(0))
@@ -147,111 +151,6 @@ def test_batched_generation_equals_one_at_a_time(compact_policy) -> None:
         assert max(abs(x - y) for x, y in zip(alone.logprobs, b.logprobs)) < 1e-4
     with pytest.raises(ValueError, match="Generator"):
         generate_actions(compact_policy.model, prompts, **kw)
-    # greedy per row: the flagged rows decode as greedy ones do, the others sample; log-probs at the temperature
-    hot = dict(kw, temperature=2.0)
-    sampled = generate_actions(compact_policy.model, prompts, generator=torch.Generator().manual_seed(1), **hot)
-    mixed = generate_actions(compact_policy.model, prompts, generator=torch.Generator().manual_seed(1),
-                             greedy=[True, False, True], **hot)
-    cold = generate_actions(compact_policy.model, prompts, greedy=True, **hot)
-    assert [mixed[0].ids, mixed[2].ids] == [cold[0].ids, cold[2].ids] and mixed[0].logprobs == cold[0].logprobs
-    assert mixed[1].ids == sampled[1].ids  # the generator draws for every row, so the sampled row is unchanged
-    assert any(s.ids != c.ids for s, c in zip(sampled, cold))  # at T=2 sampling leaves the greedy path
-    assert [m.ids for m in generate_actions(compact_policy.model, prompts, greedy=[True] * 3, **kw)] == \
-        [b.ids for b in batched]  # all flagged: no generator needed
-    with pytest.raises(ValueError, match="3 rows"):
-        generate_actions(compact_policy.model, prompts, greedy=[True], **kw)
-
-
-def test_top_k_and_top_p_cut_what_is_sampled_not_the_logprobs(compact_policy, easy_tasks) -> None:
-    logp = torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.25, 0.25, 0.4, 0.1]], dtype=torch.float64).log()
-    cut = lambda **kw: truncated_probs(logp, **kw).numpy().round(6).tolist()  # noqa: E731
-    assert cut() == [[0.5, 0.3, 0.15, 0.05], [0.25, 0.25, 0.4, 0.1]]
-    assert cut(top_k=2) == [[0.5, 0.3, 0, 0], [0.25, 0.25, 0.4, 0]]  # ties with the k-th stay
-    assert cut(top_k=1) == [[0.5, 0, 0, 0], [0, 0, 0.4, 0]]
-    assert cut(top_p=0.75) == [[0.5, 0.3, 0, 0], [0.25, 0.25, 0.4, 0]]  # the smallest set with mass >= 0.75
-    assert cut(top_p=0.85) == [[0.5, 0.3, 0.15, 0], [0.25, 0.25, 0.4, 0]]
-    assert cut(top_p=0.35) == [[0.5, 0, 0, 0], [0, 0, 0.4, 0]]
-    tied = cut(top_p=0.55)[1]  # 0.4 and one of the tied 0.25s (0.65): the smallest set, as in transformers
-    assert tied[2] == 0.4 and sorted(tied) == [0, 0, 0.25, 0.4] and cut(top_p=0.55)[0] == [0.5, 0.3, 0, 0]
-    assert cut(top_k=2, top_p=0.6)[0] == [0.5, 0, 0, 0]  # top_p of what top_k left (0.625 of it)
-    assert cut(top_k=10, top_p=1.0) == cut()
-    for bad, words in (({"top_k": -3}, "top_k must be an int >= 0"), ({"top_p": 0.0}, r"top_p must lie in \(0, 1\]"),
-                       ({"top_p": 2.0}, "got 2.0"), ({"top_k": 2.5}, "got 2.5")):
-        with pytest.raises(ValueError, match=words):
-            RolloutSettings(**bad)
-    wide = torch.randn(3, 50_000, generator=torch.Generator().manual_seed(0)).mul(3).log_softmax(-1)
-    kept = truncated_probs(wide, top_p=0.9)  # a real vocabulary: the kept mass reaches 0.9, one token less does not
-    assert torch.all(kept.sum(-1) >= 0.9) and torch.all((kept > 0).sum(-1) < 50_000)
-    for row in kept:
-        nonzero = row[row > 0].sort().values
-        assert nonzero.sum() >= 0.9 > nonzero[1:].sum()  # without its least likely token it would fall short
-    from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
-
-    for k, p in ((0, 0.9), (40, 1.0), (40, 0.5), (2_000, 0.95)):  # the same tokens as transformers' warpers keep
-        logits = TopKLogitsWarper(k)(None, wide.clone()) if k else wide.clone()
-        logits = TopPLogitsWarper(p)(None, logits) if p < 1 else logits
-        assert torch.equal(logits > -float("inf"), truncated_probs(wide, k, p) > 0), (k, p)
-    # generation: with k = 1 (or a tiny nucleus) a hot sampler decodes greedily, and records the log-probs
-    # of the untruncated distribution at its temperature, the ones the update recomputes
-    prompts = [[1, 4, 9, 10, 11, 5], [1, 4, 12, 5], [1, 4, 20, 21, 22, 23, 24, 25, 5]]
-    kw = dict(stop_ids=compact_policy.stop_ids, pad_id=compact_policy.pad_id, max_new_tokens=6, temperature=2.0)
-    cold = generate_actions(compact_policy.model, prompts, greedy=True, **kw)
-    for cut_kw in ({"top_k": 1}, {"top_p": 1e-6}):
-        one = generate_actions(compact_policy.model, prompts, generator=torch.Generator().manual_seed(1), **kw, **cut_kw)
-        assert [g.ids for g in one] == [g.ids for g in cold]
-        assert max(abs(a - b) for g, c in zip(one, cold) for a, b in zip(g.logprobs, c.logprobs)) < 1e-6
-    # episodes: with k = 3 every action token is among the 3 most likely, and the recorded log-probs are
-    # the recomputed untruncated ones
-    settings = RolloutSettings(max_action_tokens=6, max_turns=3, temperature=2.0, top_k=3)
-    engine = RolloutEngine(compact_policy, "rods/ToolChain-Compact-v0", settings)
-    def worst_rank(batch) -> int:  # over the action tokens, how many tokens were more likely than the one taken
-        with torch.no_grad():
-            logits = compact_policy.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1]
-        rank = (logits > logits.gather(-1, batch.input_ids[:, 1:, None])).sum(-1)
-        return int(rank[batch.action_mask.bool()].max())
-
-    trajs, stats = engine.run(easy_tasks[:4], 3, generator=torch.Generator().manual_seed(0))
-    lp, batch = _recomputed(compact_policy, trajs, 2.0)
-    m = batch.action_mask.bool()
-    assert int(m.sum()) == stats.gen_tokens > 0 and (lp - batch.old_logp)[m].abs().max().item() < 1e-4
-    assert 0 < worst_rank(batch) <= 2  # within the top 3, not always the most likely
-    free = RolloutEngine(compact_policy, "rods/ToolChain-Compact-v0", replace(settings, top_k=0))
-    untruncated, _ = free.run(easy_tasks[:4], 3, generator=torch.Generator().manual_seed(0))
-    assert worst_rank(_recomputed(compact_policy, untruncated, 2.0)[1]) > 2  # at T=2 the uncut sampler leaves the top 3
-
-
-def test_forced_rows_take_their_ids_with_the_policys_logprobs(compact_policy) -> None:
-    """``DecodeSession.sample(force=...)``: a forced row takes the given ids (teacher forcing) and records
-    the log-probs the model gives them, as recomputed from scratch; the other rows generate as before."""
-    from rods_gym.trainer.generation import DecodeSession
-
-    prompts = [[1, 4, 9, 10, 11, 5], [1, 4, 12, 5]]
-    eos = compact_policy.eos_id
-    forced = [30, 31, 32, eos]
-    kw = dict(stop_ids=compact_policy.stop_ids, max_new_tokens=6, temperature=0.7, greedy=True)
-    session = DecodeSession(compact_policy.model, compact_policy.pad_id, 2)
-    session.extend(prompts)
-    got = session.sample(force=[forced, None], **kw)
-    free = generate_actions(compact_policy.model, prompts, pad_id=compact_policy.pad_id, **kw)
-    assert got[0].ids == forced and got[0].stopped and got[1].ids == free[1].ids
-    lp, _ = _recomputed(compact_policy, [_Forced(prompts[0] + forced, [0] * 6 + [1] * 4)], 0.7)
-    assert max(abs(a - b) for a, b in zip(got[0].logprobs, lp[0, -4:].tolist())) < 1e-4
-    session = DecodeSession(compact_policy.model, compact_policy.pad_id, 2)
-    session.extend(prompts)
-    with pytest.raises(ValueError, match="empty action"):
-        session.sample(force=[[], None], **kw)
-    with pytest.raises(ValueError, match="1 entries for 2 rows"):
-        session.sample(force=[forced], **kw)
-
-
-class _Forced:
-    """The transcript fields ``_recomputed`` reads, for a prompt followed by forced ids."""
-
-    def __init__(self, ids, mask):
-        from rods_gym.trainer.transcript import Transcript
-
-        self.transcript = Transcript(list(ids), list(mask), [0.0] * len(ids))
-
 
 def test_demonstrations_tokenize_like_rollouts(compact_policy, easy_tasks) -> None:
     demos = make_demonstrations(compact_policy, easy_tasks[:6], "rods/ToolChain-Compact-v0")

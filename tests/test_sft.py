@@ -94,21 +94,6 @@ def test_sft_learns_the_demonstrations(easy_tasks) -> None:
     assert all(p.grad is None for p in policy.model.parameters())  # no gradients left behind
 
 
-def test_sft_in_bf16_autocast_learns_and_keeps_fp32_weights(easy_tasks) -> None:
-    tasks = [t for t in easy_tasks if len(t.calls) == 1][:8]
-    fp32, bf16 = build_tiny_policy(TINY, "compact"), build_tiny_policy(TINY, "compact")
-    demos = make_demonstrations(fp32, tasks, "rods/ToolChain-Compact-v0")
-    cfg = SFTConfig(steps=80, batch_size=8, lr=3e-3, warmup_steps=5)
-    reference = train_sft(fp32, demos, SFTConfig(steps=1, batch_size=8, lr=3e-3, warmup_steps=5), seed=0)
-    losses = train_sft(bf16, demos, replace(cfg, autocast="bf16"), seed=0)
-    # the same first batch from the same initial weights: bf16 matmuls give another (close) loss
-    assert losses[0] != reference[0] and abs(losses[0] - reference[0]) < 0.05 * reference[0]
-    assert all(p.dtype == torch.float32 for p in bf16.model.parameters())
-    after = evaluate(bf16, tasks, "rods/ToolChain-Compact-v0", settings=RolloutSettings(max_action_tokens=10,
-                                                                                         max_turns=4))
-    assert losses[-1] < 0.2 * losses[0] and after["success"] >= 0.75
-
-
 def test_a_killed_warm_start_resumes_from_its_checkpoint_to_the_same_weights(easy_tasks, tmp_path) -> None:
     from rods_gym.trainer.sft import load_sft_checkpoint
 

@@ -11,6 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
+from .messages import note
+
 T = TypeVar("T")
 RESUMABLE = ("sft_policy/", "sft_checkpoint/", "checkpoints/")  # what a run directory without config.yaml may still resume from
 CONFIG_HELP = ("YAML config file or shipped config name (default, chat_tiny, seeds, typed, qwen_chat); a shipped name "
@@ -79,7 +81,7 @@ def load_from_args(args: argparse.Namespace, *, run_config: bool = False) -> Any
                          "what the run's saved weights are (the model, its tokenizer, the view they were trained "
                          "on, or its LoRA adapters); start a new run in another --run-dir, or evaluate the run's "
                          "policy with rods evaluate")
-    late = [k for k in diff if k.startswith("sft.") and not (cfg.grpo.sft_weight > 0 and k in PTX_DEMO_FIELDS)]
+    late = [k for k in diff if k.startswith("sft.")]
     if late and (Path(cfg.run_dir) / "sft_policy" / "config.json").exists():
         # the warm start ran with the saved values: keep them, so that config.yaml stays a true record of the run
         cfg = replace(cfg, sft=replace(cfg.sft, **{k[4:]: getattr(before.sft, k[4:]) for k in late}))
@@ -118,14 +120,6 @@ def run_config_file(args: argparse.Namespace) -> Path | None:
         run = run_of_policy(args.policy)
         return run / "config.yaml" if run is not None else None
     return None
-
-
-def note(message: str, *, stderr: bool = False) -> None:
-    """Print ``message`` once per job: on the main process of an ``accelerate launch`` (which sets ``RANK``), alone
-    otherwise. Config notes come before the accelerator exists, so its ``is_main_process`` cannot be asked yet.
-    ``stderr``: there, not on standard output (which ``rods evaluate --json`` keeps for its JSON)."""
-    if os.environ.get("RANK", "0") == "0":
-        print(message, flush=True, file=sys.stderr if stderr else sys.stdout)
 
 
 def restore_config_from_checkpoint(run_dir: Path) -> None:
@@ -169,11 +163,6 @@ def changes_the_weights(key: str, before: Any, after: Any) -> bool:
     if key == "data.slot_ids":
         return "typed" in (before.data.slot_ids, after.data.slot_ids)
     return False
-
-
-# sft fields that still matter once the warm start is done: PPO-ptx (grpo.sft_weight > 0) imitates these demonstrations
-PTX_DEMO_FIELDS = ("sft.data", "sft.demos", "sft.data_seed", "sft.recovery", "sft.defer_unlock", "sft.skip_last_call",
-                   "sft.max_depth")
 
 
 def command_overrides(args: argparse.Namespace) -> list[str]:
@@ -279,11 +268,6 @@ def _config_or_exit(args: argparse.Namespace, command: str) -> Any:
             check_sft_checkpoint(Path(cfg.run_dir) / "sft_checkpoint", sft_settings(cfg.sft, cfg.seed))
         if command == "train" and args.resume:
             check_steps_reach_checkpoint(cfg)
-        builds_demos = command == "sft" or (command == "train" and (cfg.sft.enabled or cfg.grpo.sft_weight > 0))
-        mode = env_mode(cfg.data.env_id) if builds_demos and cfg.sft.recovery > 0 else "compact"
-        if mode != "compact":
-            raise ValueError(f"config sft.recovery needs the compact view (value slots); data.env_id "
-                             f"{cfg.data.env_id!r} is the {mode} view")
         return cfg
 
     return _or_exit(command, load)

@@ -12,10 +12,7 @@ a GRPO group share their prompt), so a group's prompt costs one prefill, not G.
 Each token is drawn from ``softmax(logits / temperature)`` with an explicit
 ``torch.Generator`` and its log-prob under that same distribution is recorded; the GRPO
 update recomputes ``log_softmax(logits / temperature)`` of the stored ids, which equals it up
-to float rounding (tests/test_rollout.py checks 1e-4 in fp32). With ``top_k`` / ``top_p`` the
-draw is from that distribution cut to its k most likely tokens, then to the smallest set whose
-mass reaches p (``truncated_probs``), while the recorded log-prob stays the untruncated one the
-update recomputes: TRL's and verl's choice, whose ratio ignores the truncation.
+to float rounding (tests/test_rollout.py checks 1e-4 in fp32).
 
 Models whose cache holds a recurrent state beside (or instead of) keys and values, such as
 LFM2's short convolutions or Mamba-style layers, cannot take padding inside a row: a masked
@@ -37,7 +34,6 @@ from typing import Any, Sequence
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from .config import check_truncation
 
 
 @dataclass
@@ -179,51 +175,23 @@ class DecodeSession:
 
     @torch.no_grad()
     def sample(self, *, stop_ids: Sequence[int], max_new_tokens: int, temperature: float = 1.0,
-               generator: torch.Generator | None = None, greedy: bool | Sequence[bool] = False,
-               force: Sequence[Sequence[int] | None] | None = None, top_k: int = 0,
-               top_p: float = 1.0) -> list[Generated]:
-        """One action per row. The last sampled id of each row stays pending until the next ``extend``.
-        ``greedy``: for every row, or per row (the others sample; every row's log-probs are at ``temperature``).
-        ``top_k`` (0: off) and ``top_p`` (1: off) cut the distribution sampled from, not the log-probs recorded.
-        ``force``: per row, ids to take instead of generating (teacher forcing, their log-probs recorded),
-        cut at ``max_new_tokens``; None for a row that generates."""
+               generator: torch.Generator | None = None, greedy: bool = False) -> list[Generated]:
+        """One action per row, sampled from ``softmax(logits / temperature)`` with ``generator`` (or, ``greedy``,
+        its argmax; the log-probs are at ``temperature`` either way). The last sampled id of each row stays
+        pending until the next ``extend``."""
         if self.logits is None:
             raise RuntimeError("call extend() before sample()")
-        per_row = None
-        if not isinstance(greedy, bool):
-            if len(greedy) != self.rows:
-                raise ValueError(f"greedy: {len(greedy)} flags for {self.rows} rows")
-            per_row = torch.as_tensor(list(greedy), dtype=torch.bool, device=self.device)
-            greedy = bool(per_row.all())
-            per_row = None if greedy or not per_row.any() else per_row
         if not greedy and generator is None:
             raise ValueError("sampling needs an explicit torch.Generator (no global RNG)")
-        check_truncation(top_k, top_p)
         stops = torch.as_tensor(sorted(set(stop_ids)), dtype=torch.long, device=self.device)
-        if force is not None and len(force) != self.rows:
-            raise ValueError(f"force: {len(force)} entries for {self.rows} rows")
-        forced = ([None if f is None else list(f) for f in force]
-                  if force is not None and any(f is not None for f in force) else None)
-        if forced is not None and any(f is not None and not f for f in forced):
-            raise ValueError("force: an empty action (a forced row needs at least one id)")
         results = [Generated([], [], False) for _ in range(self.rows)]
         active = torch.ones(self.rows, dtype=torch.bool, device=self.device)
         live = list(range(self.rows))  # the rows of ``active``, as a list
         for t in range(max_new_tokens):
             logp = torch.log_softmax(self.logits.float() / temperature, dim=-1)
-            tok = logp.argmax(dim=-1) if greedy else torch.multinomial(
-                truncated_probs(logp, top_k, top_p), 1, generator=generator).squeeze(1)
-            if per_row is not None:
-                tok = torch.where(per_row, logp.argmax(dim=-1), tok)
-            if forced is not None:  # teacher-forced rows take their next id and end with their last one
-                rows_f = [i for i, f in enumerate(forced) if f is not None and t < len(f)]
-                tok[rows_f] = torch.as_tensor([forced[i][t] for i in rows_f], dtype=tok.dtype, device=tok.device)
+            tok = logp.argmax(dim=-1) if greedy else torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)
             tok_lp = logp.gather(1, tok[:, None]).squeeze(1)
             finished = torch.isin(tok, stops)
-            if forced is not None:
-                for i, f in enumerate(forced):
-                    if f is not None:
-                        finished[i] = t == len(f) - 1
             toks, lps, fins = tok.tolist(), tok_lp.tolist(), finished.tolist()  # one copy per step, not per row
             for i in live:
                 results[i].ids.append(toks[i])
@@ -259,37 +227,13 @@ class DecodeSession:
         self.pending = [self.pending[i] for i in rows]
 
 
-PROB_UNITS = 2.0 ** 40  # top_p's prefix sums count probabilities in these units (int64, exact for float32)
-P_UNITS = 1_000_000  # top_p itself, in millionths
-
-
-def truncated_probs(logp: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
-    """The (unnormalized) probabilities to sample from, per row of log-probs ``logp`` [rows, vocab]:
-    ``exp(logp)`` kept on the ``top_k`` most likely tokens (0: all; tokens tied with the k-th stay, as
-    in transformers), then on the smallest set of those, most likely first, whose mass reaches ``top_p``
-    of what is left (1: all; among tied tokens the sort's order decides, as in transformers). The most
-    likely token always stays. The prefix sums are integer: torch has no deterministic CUDA kernel for
-    a float cumsum, and ``deterministic: true`` makes torch refuse one."""
-    probs = logp.exp()
-    if 0 < top_k < probs.shape[-1]:
-        kth = probs.topk(top_k, dim=-1).values[:, -1:]
-        probs = probs.masked_fill(probs < kth, 0.0)
-    if top_p < 1.0:
-        ranked, order = probs.sort(dim=-1, descending=True)
-        units = (ranked.float() * PROB_UNITS).round().long()
-        above = units.cumsum(dim=-1) - units  # the mass of the tokens ranked before each
-        needed = above * P_UNITS < round(top_p * P_UNITS) * units.sum(dim=-1, keepdim=True)
-        probs = probs * torch.zeros_like(needed).scatter_(-1, order, needed)
-    return probs
-
-
 def generate_actions(model: PreTrainedModel, prompts: Sequence[Sequence[int]], *, stop_ids: Sequence[int], pad_id: int,
                      max_new_tokens: int, temperature: float = 1.0, generator: torch.Generator | None = None,
-                     greedy: bool = False, top_k: int = 0, top_p: float = 1.0) -> list[Generated]:
+                     greedy: bool = False) -> list[Generated]:
     """One generated action per prompt (a single-turn session)."""
     if not prompts:
         return []
     session = DecodeSession(model, pad_id, len(prompts))
     session.extend(prompts)
     return session.sample(stop_ids=stop_ids, max_new_tokens=max_new_tokens, temperature=temperature,
-                          generator=generator, greedy=greedy, top_k=top_k, top_p=top_p)
+                          generator=generator, greedy=greedy)

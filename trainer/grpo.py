@@ -14,17 +14,13 @@ Aggregation over a batch (``normalizer`` lets micro-batches add up to the full b
 - ``sequence``: per-sequence token mean, then mean over sequences (the original GRPO);
 - ``dr_grpo``: sum over all generated tokens / (number of sequences * max completion length).
 
-The ratio is per token (``importance="token"``, PPO/GRPO) or per sequence (``importance="sequence"``,
-GSPO, Zheng et al. 2025): ``s_i = exp(mean_t (logp_t - logp_old_t))`` over rollout i's generated tokens,
-the same for every token of the rollout and clipped as a whole, with gradient ``s_i * grad logp_t`` on
-each token (GSPO-token's form, so per-token advantages still apply). A rollout of a multi-turn episode is
-all of its actions' tokens. GSPO's paper clips at eps_low 3e-4, eps_high 4e-4 with sequence aggregation.
+A rollout of a multi-turn episode is all of its actions' tokens (environment and user tokens are masked).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Hashable, Sequence
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -32,119 +28,22 @@ from transformers import modeling_utils
 
 from .generation import forward_parameters, no_cache
 
-SCALES = ("group", "none")  # per-action advantages (state_advantages): within a group, or not scaled
-EPISODE_SCALES = ("group", "batch", "none")  # group_advantages also takes the step's batch std (TRL's "batch")
+SCALES = ("group", "none")
 AGGREGATIONS = ("token", "sequence", "dr_grpo")
-IMPORTANCE_LEVELS = ("token", "sequence")
 
 
-def group_advantages(returns: torch.Tensor, scale: str = "group", eps: float = 1e-4,
-                     baseline: torch.Tensor | None = None, batch_std: float | None = None) -> torch.Tensor:
+def group_advantages(returns: torch.Tensor, scale: str = "group", eps: float = 1e-4) -> torch.Tensor:
     """``returns``: [n_groups, G] -> advantages of the same shape: each return minus its group's mean,
-    divided by the group's std + ``eps`` (``scale="group"``), by ``batch_std`` + ``eps`` (``"batch"``: the std
-    of every return of the training step, which the caller computes over all processes' groups), or not
-    at all (``"none"``, Dr.GRPO).
-
-    ``baseline`` ([n_groups]): a return to compare each group's rollouts with instead of the group's mean
-    (ReMax: the task's greedy episode's); with ``scale="group"`` the std is then that of the group's
-    returns and the baseline together (G + 1 values), which is never 0 where some advantage is not, so
-    a group whose rollouts all beat (or all lose to) the baseline gets bounded advantages (at most
-    sqrt(G + 1) in size)."""
-    if scale not in EPISODE_SCALES:
-        raise ValueError(f"unknown advantage scale {scale!r}; choose one of {EPISODE_SCALES}")
-    if (scale == "batch") != (batch_std is not None):
-        raise ValueError("batch_std is the scale of scale='batch' (the std of the step's returns), and only of it")
-    if returns.dim() != 2:
-        raise ValueError(f"returns must be [n_groups, G], got shape {tuple(returns.shape)}")
-    if baseline is None:
-        centered, spread = returns - returns.mean(dim=1, keepdim=True), returns
-    else:
-        if baseline.shape != returns.shape[:1]:
-            raise ValueError(f"baseline must be [n_groups] = [{returns.shape[0]}], got shape {tuple(baseline.shape)}")
-        centered, spread = returns - baseline[:, None], torch.cat([returns, baseline[:, None]], dim=1)
-    if scale == "none":
-        return centered
-    if scale == "batch":
-        return centered / (float(batch_std) + eps)
-    std = spread.std(dim=1, keepdim=True) if spread.shape[1] > 1 else torch.zeros_like(spread[:, :1])
-    return centered / (std + eps)
-
-
-def standardized(values: torch.Tensor, scale: str = "group", eps: float = 1e-4) -> torch.Tensor:
-    """``values`` minus their mean, divided by their std + ``eps`` with ``scale="group"``; all zeros
-    when fewer than two values or they all agree (no signal)."""
-    if values.numel() < 2 or float(values.std()) == 0.0:
-        return torch.zeros_like(values)
-    centered = values - values.mean()
-    return centered / (values.std() + eps) if scale == "group" else centered
-
-
-def weigh_negatives(advantages: torch.Tensor, weight: float) -> torch.Tensor:
-    """Scale the negative advantages by ``weight`` (1: plain GRPO; 0: learn only from rollouts
-    better than their group's mean, positive-sample reinforcement)."""
-    if not 0.0 <= weight <= 1.0:
-        raise ValueError(f"negative advantage weight must be in [0, 1], got {weight}")
-    return torch.where(advantages < 0, advantages * weight, advantages)
-
-
-def action_advantages(groups: Sequence[Sequence[Sequence[float]]], eps: float = 1e-4) -> list[list[list[float]]]:
-    """Per-action advantages from per-action rewards: each action's reward standardized over all
-    actions of its group (every rollout of the same task). ``groups[g][i][t]`` is the reward of
-    action ``t`` of rollout ``i``; the result has the same nesting. A group whose actions all
-    earned the same reward gets zeros."""
-    out = []
-    for group in groups:
-        flat = standardized(torch.tensor([r for rewards in group for r in rewards], dtype=torch.float32), eps=eps)
-        values = iter(flat.tolist())
-        out.append([[next(values) for _ in rewards] for rewards in group])
-    return out
-
-
-def returns_to_go(rewards: Sequence[float], gamma: float) -> list[float]:
-    """``G_t = r_t + gamma * G_{t+1}`` for every action ``t`` of one rollout."""
-    out, acc = [0.0] * len(rewards), 0.0
-    for t in range(len(rewards) - 1, -1, -1):
-        acc = rewards[t] + gamma * acc
-        out[t] = acc
-    return out
-
-
-def discounted_return(rewards: Sequence[float], gamma: float) -> float:
-    """``sum_t gamma**t * r_t``: the first return-to-go (the plain sum when ``gamma`` is 1)."""
-    return returns_to_go(rewards, gamma)[0] if rewards else 0.0
-
-
-def state_advantages(groups: Sequence[Sequence[tuple[Sequence[Hashable], Sequence[float]]]], gamma: float = 0.95,
-                     scale: str = "group", eps: float = 1e-4) -> list[list[list[float]]]:
-    """Step advantages grouped by identical states (GiGPO's anchor states, Feng et al. 2025).
-
-    ``groups[g][i] = (states, rewards)`` for rollout ``i`` of task ``g``: the state each action was
-    taken from (any hashable key; equal keys mean the agent saw exactly the same history) and each
-    action's reward. Within a group, the actions taken from one state form a step group; an
-    action's advantage is its discounted return-to-go minus the step group's mean (divided by its
-    std with ``scale="group"``). Actions from a state no other rollout of the group visited, and
-    step groups whose returns all agree, get 0. The result is nested like ``groups``' rewards.
-    """
+    divided by the group's std + ``eps`` (``scale="group"``) or not at all (``"none"``, Dr.GRPO)."""
     if scale not in SCALES:
         raise ValueError(f"unknown advantage scale {scale!r}; choose one of {SCALES}")
-    out: list[list[list[float]]] = []
-    for group in groups:
-        rtg = [returns_to_go(rewards, gamma) for _, rewards in group]
-        by_state: dict[Hashable, list[tuple[int, int]]] = {}
-        for i, (states, rewards) in enumerate(group):
-            if len(states) != len(rewards):
-                raise ValueError(f"rollout {i}: {len(states)} states for {len(rewards)} rewards")
-            for t, key in enumerate(states):
-                by_state.setdefault(key, []).append((i, t))
-        adv = [[0.0] * len(g) for g in rtg]
-        for members in by_state.values():
-            if len(members) < 2:
-                continue
-            centered = standardized(torch.tensor([rtg[i][t] for i, t in members], dtype=torch.float64), scale, eps)
-            for (i, t), a in zip(members, centered.tolist()):
-                adv[i][t] = a
-        out.append(adv)
-    return out
+    if returns.dim() != 2:
+        raise ValueError(f"returns must be [n_groups, G], got shape {tuple(returns.shape)}")
+    centered = returns - returns.mean(dim=1, keepdim=True)
+    if scale == "none":
+        return centered
+    std = returns.std(dim=1, keepdim=True) if returns.shape[1] > 1 else torch.zeros_like(returns[:, :1])
+    return centered / (std + eps)
 
 
 def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, eps_low: float,
@@ -161,14 +60,6 @@ def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, advantages: to
     low = (ratio < 1.0 - eps_low) & (advantages < 0)
     high = (ratio > 1.0 + eps_high) & (advantages > 0)
     return loss, low, high
-
-
-def sequence_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """GSPO's log importance ratio on every token: each row's mean of ``logp - old_logp`` over ``mask``
-    (its value on every token of the row), carrying the gradient of the token's own ``logp`` ([B, T])."""
-    m = mask.to(logp.dtype)
-    seq = ((logp - old_logp) * m).sum(dim=1, keepdim=True) / m.sum(dim=1, keepdim=True).clamp(min=1.0)
-    return seq.detach() + logp - logp.detach()
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -298,7 +189,6 @@ class LossSettings:
     aggregation: str = "token"
     temperature: float = 1.0
     max_len: int | None = None  # dr_grpo normalizer
-    importance: str = "token"  # token: PPO's per-token ratio; sequence: GSPO's per-rollout ratio
 
 
 def grpo_loss(model: torch.nn.Module, batch: Batch, settings: LossSettings, *, n_tokens: float | None = None,
@@ -311,14 +201,7 @@ def grpo_loss(model: torch.nn.Module, batch: Batch, settings: LossSettings, *, n
     adv = adv[:, None] if adv.dim() == 1 else adv
     # log-probs are needed only at generated tokens: logits are computed there only (when the model allows)
     logp, entropy = token_logprobs(model, ids, attn, settings.temperature, with_entropy=True, needed=mask)
-    if settings.importance == "sequence":  # GSPO: the ratio of the whole rollout on each of its tokens
-        log_ratio = sequence_log_ratio(logp, old, mask)
-    elif settings.importance == "token":
-        log_ratio = logp - old
-    else:
-        raise ValueError(f"unknown importance level {settings.importance!r}; choose one of {IMPORTANCE_LEVELS}")
-    per_token, low, high = clipped_surrogate(log_ratio, torch.zeros_like(log_ratio), adv, settings.eps_low,
-                                             settings.eps_high)
+    per_token, low, high = clipped_surrogate(logp, old, adv, settings.eps_low, settings.eps_high)
     kl = None
     if settings.beta > 0:
         if batch.ref_logp is None:
@@ -335,6 +218,6 @@ def grpo_loss(model: torch.nn.Module, batch: Batch, settings: LossSettings, *, n
             "entropy": float(entropy[m].sum()) if entropy is not None else 0.0,
             "kl": float(kl[m].sum()) if kl is not None else 0.0,
             "kl_old": float(k3_kl(logp, old)[m].sum()),  # drift from the sampling policy
-            "ratio": float(torch.exp(log_ratio)[m].sum()),  # the ratio the surrogate used (GSPO: its rollout's)
+            "ratio": float(torch.exp(logp - old)[m].sum()),
         }
     return loss, stats

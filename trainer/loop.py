@@ -17,7 +17,6 @@ import copy
 import math
 import shutil
 import time
-import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -29,23 +28,20 @@ from accelerate import Accelerator
 from accelerate.utils import gather_object
 from tqdm.auto import tqdm
 
-from rods_gym.episode import ERROR_CLASSES, RewardConfig
 from rods_gym.task import TaskSpec
 
 from .checkpoint import (check_world_size, finish_checkpoint, latest_checkpoint, load_rank_rng, load_trainer_state,
                          refuse_stale_checkpoints, set_global_rng_state, write_rank_rng)
-from .config import RolloutConfig, TrainConfig, env_kwargs
+from .config import TrainConfig, env_kwargs
 from .curricula.arms import DynamicSampling
 from .evaluation import evaluate_sets, strip_tokens
-from .grpo import (Batch, LossSettings, action_advantages, discounted_return, grpo_loss, group_advantages, make_batch,
-                   state_advantages, token_logprobs, weigh_negatives)
+from .grpo import Batch, LossSettings, grpo_loss, group_advantages, make_batch, token_logprobs
 from .lora import adapters_off, add_adapters, is_adapted, load_adapter
-from .master_weights import MasterWeights, runs_in_fp16
+from .master_weights import MasterWeights
 from .metrics import MetricsLogger, memory_mb
 from .policy import Policy, enable_gradient_checkpointing, load_policy, save_policy
-from .rollout import (RolloutEngine, RolloutSettings, RolloutStats, Trajectory, branch_at_drawn_action,
-                      branch_before_first_miss, misses)
-from .sft import Demo, advance_schedule, demonstrations, sft_batch_loss
+from .rollout import RolloutEngine, RolloutSettings, RolloutStats, Trajectory
+from .sft import advance_schedule
 from .sources import make_source, source_env_options
 from .task_source import GroupResult, TaskSource, check_task_source
 from .threads import torch_threads
@@ -63,15 +59,14 @@ def rollout_settings(cfg: TrainConfig) -> RolloutSettings:
     """How training episodes run (``rollout.turn_slack`` budgets actions per task, see RolloutConfig)."""
     r = cfg.rollout
     return RolloutSettings(max_action_tokens=r.max_action_tokens, max_turns=r.max_turns, max_context=r.max_context,
-                           temperature=r.temperature, turn_slack=r.turn_slack, top_k=r.top_k, top_p=r.top_p)
+                           temperature=r.temperature, turn_slack=r.turn_slack)
 
 
 def grpo_loss_settings(cfg: TrainConfig) -> LossSettings:
     """The GRPO loss's settings: clipping, KL weight and aggregation from ``grpo``, at the rollout temperature."""
     g, r = cfg.grpo, cfg.rollout
     return LossSettings(eps_low=g.eps_low, eps_high=g.eps_high, beta=g.beta, aggregation=g.aggregation,
-                        temperature=r.temperature, max_len=r.max_action_tokens * r.max_turns,
-                        importance=g.importance_sampling_level)
+                        temperature=r.temperature, max_len=r.max_action_tokens * r.max_turns)
 
 
 def eval_settings(cfg: TrainConfig) -> RolloutSettings:
@@ -82,7 +77,7 @@ def eval_settings(cfg: TrainConfig) -> RolloutSettings:
 
 def evaluation_engine(cfg: TrainConfig, policy: Policy) -> RolloutEngine:
     """The engine every evaluation runs in: ``data.env_id``'s plain environment (``env_kwargs``, never a
-    source's augmented twin or training shaping) at the evaluation limits (``eval_settings``)."""
+    source's augmented twin) at the evaluation limits (``eval_settings``)."""
     return RolloutEngine(policy, cfg.data.env_id, eval_settings(cfg), env_kwargs(cfg))
 
 
@@ -102,30 +97,6 @@ def lr_lambda(cfg: TrainConfig) -> Callable[[int], float]:
     return f
 
 
-def token_advantages(tr: Trajectory, episode: float, actions: Sequence[float], weight: float) -> list[float]:
-    """One advantage per token of ``tr``: ``episode + weight * actions[t]`` on the tokens of action ``t``."""
-    out = [0.0] * len(tr.transcript)
-    for (start, end), a in zip(tr.action_spans, actions):
-        out[start:end] = [episode + weight * a] * (end - start)
-    return out
-
-
-def no_credit_for_misses(tr: Trajectory, advantages: Sequence[float]) -> list[float]:
-    """``advantages`` (one per token of ``tr``) with the tokens of each missed action (``rollout.misses``)
-    capped at 0: a miss is never reinforced, whatever the episode's outcome."""
-    out = list(advantages)
-    for (start, end), missed in zip(tr.action_spans, misses(tr)):
-        if missed:
-            out[start:end] = [min(a, 0.0) for a in out[start:end]]
-    return out
-
-
-def action_states(tr: Trajectory) -> list[bytes]:
-    """A key per action of ``tr`` for the history it was taken from (the token ids before it)."""
-    ids = torch.as_tensor(tr.transcript.ids, dtype=torch.int32).numpy()
-    return [ids[:start].tobytes() for start, _ in tr.action_spans]
-
-
 @dataclass
 class RolloutRound:
     """One round of a step's rollouts: this process's trajectories and every process's groups."""
@@ -133,17 +104,10 @@ class RolloutRound:
     groups: list[GroupResult]  # every task's group, in task order (what the source observes)
     light: list[list[Trajectory]]  # every task's trajectories, without token streams
     local: dict[int, list[Trajectory]]  # task index -> this process's trajectories of it (with token streams)
-    stats: RolloutStats  # this process's generation/env time and tokens (greedy and branch episodes included)
-    # task index -> this process's branch episodes of it (rollout.branch_size): sampled from the state before
-    # the first miss of the task's greedy episode; absent where that episode succeeded or had no miss
-    branches: dict[int, list[Trajectory]] = field(default_factory=dict)
-    greedy_success: list[bool] = field(default_factory=list)  # of each greedy episode this process ran
-    # task index -> the (discounted) return of this process's greedy episode of it (branches or grpo.baseline)
-    greedy_returns: dict[int, float] = field(default_factory=dict)
+    stats: RolloutStats  # this process's generation/env time and tokens
 
 
 ROLLOUT_SEED_BLOCK = 100_000  # env reset seeds per (step, round, process)
-GREEDY_SEED_OFFSET = 50_000  # greedy episodes' reset seeds, after the start episodes', inside the block
 
 
 def rollout_seed(step: int, round_: int, rank: int, world: int, rounds_per_step: int) -> int:
@@ -153,23 +117,15 @@ def rollout_seed(step: int, round_: int, rank: int, world: int, rounds_per_step:
 
 
 def rollout_round(engine: RolloutEngine, source: TaskSource, tasks: Sequence[TaskSpec], group_size: int,
-                  accelerator: Accelerator, *, generator: torch.Generator, model: Any, seed: int,
-                  gamma: float = 1.0, branch_size: int = 0, branch_seed: int = 0, greedy: bool = False,
-                  branch_continuation: str = "sampled", branch_successes: bool = False,
-                  branch_oracle: bool = False) -> RolloutRound:
+                  accelerator: Accelerator, *, generator: torch.Generator, model: Any, seed: int) -> RolloutRound:
     """``group_size`` rollouts of every task; process ``rank`` runs tasks ``rank, rank + world, ...``
-    and the summaries are gathered so every process builds the same groups. A group's returns are
-    discounted by ``gamma`` (``grpo.gamma``): the curriculum sees the returns the advantages use.
-    With ``greedy`` or ``branch_size`` > 0, also one greedy episode of each task (its return for
-    ``grpo.baseline: greedy``), and with ``branch_size`` > 0 the greedy-branch episodes of those that
-    failed (``greedy_branches``, sampled from a generator seeded with ``branch_seed``; with
-    ``branch_successes`` also of those that succeeded), kept on the process that ran them."""
+    and the summaries are gathered so every process builds the same groups."""
     rank, world = accelerator.process_index, accelerator.num_processes
     options = [source_env_options(source, t) for t in tasks]
     mine = list(range(rank, len(tasks), world))
-    if len(mine) * max(group_size, 1) > GREEDY_SEED_OFFSET:
+    if len(mine) * max(group_size, 1) > ROLLOUT_SEED_BLOCK:
         raise ValueError(f"{len(mine)} tasks x {group_size} rollouts on one process exceed the "
-                         f"{GREEDY_SEED_OFFSET:,} env reset seeds of a round")
+                         f"{ROLLOUT_SEED_BLOCK:,} env reset seeds of a round")
     trajs, stats = [], RolloutStats()
     if mine:
         trajs, stats = engine.run([tasks[i] for i in mine], group_size, generator=generator, seed=seed,
@@ -183,76 +139,10 @@ def rollout_round(engine: RolloutEngine, source: TaskSource, tasks: Sequence[Tas
     by_task: list[list[Trajectory]] = [[] for _ in tasks]
     for tr in gathered:
         by_task[tr.task_index].append(tr)
-    groups = [GroupResult(task=tasks[i], returns=tuple(discounted_return(t.rewards, gamma) for t in grp),
-                          successes=tuple(t.success for t in grp), env_options=options[i])
+    groups = [GroupResult(task=tasks[i], returns=tuple(t.ret for t in grp), successes=tuple(t.success for t in grp),
+                          env_options=options[i])
               for i, grp in enumerate(by_task)]
-    rnd = RolloutRound(groups, by_task, local, stats)
-    if (greedy or branch_size > 0) and mine:
-        runs, greedy_stats = engine.run([tasks[i] for i in mine], 1, greedy=True, seed=seed + GREEDY_SEED_OFFSET,
-                                        env_options=[options[i] for i in mine], model=model)
-        stats.add(greedy_stats)
-        rnd.greedy_success = [tr.success for tr in runs]
-        rnd.greedy_returns = {i: discounted_return(tr.rewards, gamma) for i, tr in zip(mine, runs)}
-        if branch_size > 0:
-            branch_gen = torch.Generator(device=generator.device).manual_seed(branch_seed)
-            rnd.branches, branch_stats = greedy_branches(engine, mine, runs, branch_size, generator=branch_gen,
-                                                         model=model, continuation=branch_continuation,
-                                                         successes=branch_successes, oracle=branch_oracle)
-            stats.add(branch_stats)
-    return rnd
-
-
-def greedy_branches(engine: RolloutEngine, mine: Sequence[int], greedy: Sequence[Trajectory], branch_size: int, *,
-                    generator: torch.Generator, model: Any, continuation: str = "sampled",
-                    successes: bool = False, oracle: bool = False) -> tuple[dict[int, list[Trajectory]], RolloutStats]:
-    """``branch_size`` episodes sampled with ``generator`` from the state before the first miss of each
-    failed greedy episode (``greedy[k]``, of task index ``mine[k]``; ``branch_before_first_miss``: they
-    reset with their greedy episode's seed); with ``successes``, also from before an action of each
-    successful one, drawn with ``generator``. ``continuation`` "greedy": each branch episode samples
-    only its first action and decodes greedily after it, and the group starts with one fully greedy
-    episode from the branch point (``rollout.branch_continuation``); with ``oracle``, then one whose
-    first action is the oracle's (``rollout.branch_oracle``). Returns task index -> its branch
-    episodes, and their time and tokens."""
-    stats = RolloutStats()
-    then_greedy = continuation == "greedy"
-    found = [branch_at_drawn_action(tr, generator) if successes and tr.success else branch_before_first_miss(tr)
-             for tr in greedy]
-    points = [(mine[k], b) for k, b in enumerate(found) if b is not None]
-    out: dict[int, list[Trajectory]] = {}
-    if points:
-        tasks, branches = [b.task for _, b in points], [b for _, b in points]
-        runs = []
-        if then_greedy:  # the greedy decision itself, as the group's first episode
-            runs.append(engine.run(tasks, 1, greedy=True, branches=branches, model=model, then_greedy=True))
-        if then_greedy and oracle:  # the oracle's action at the branch point, then the greedy policy
-            runs.append(engine.run(tasks, 1, greedy=True, branches=branches, model=model, then_greedy=True,
-                                   oracle_first=True))
-        runs.append(engine.run(tasks, branch_size, generator=generator, branches=branches, model=model,
-                               then_greedy=then_greedy))
-        for conts, run_stats in runs:
-            stats.add(run_stats)
-            for tr in conts:
-                tr.task_index = points[tr.task_index][0]
-                out.setdefault(tr.task_index, []).append(tr)
-    return out, stats
-
-
-def branch_returns(groups: Sequence[Sequence[Trajectory]], gamma: float) -> torch.Tensor:
-    """[n_groups, episodes] discounted returns of branch groups (their actions after the branch point)."""
-    return torch.tensor([[discounted_return(t.rewards, gamma) for t in grp] for grp in groups], dtype=torch.float32)
-
-
-def branch_counts(rounds: Sequence[RolloutRound], gamma: float) -> dict[str, float]:
-    """This process's greedy and branch episode counts over ``rounds``: greedy episodes and successes,
-    branch groups, episodes and successes, and groups whose (discounted, as the advantages')
-    returns all agree."""
-    greedy = [ok for rnd in rounds for ok in rnd.greedy_success]
-    groups = [grp for rnd in rounds for grp in rnd.branches.values()]
-    returns = [branch_returns([grp], gamma)[0] for grp in groups]
-    return {"greedy_episodes": float(len(greedy)), "greedy_successes": float(sum(greedy)),
-            "branch_groups": float(len(groups)), "branch_episodes": float(sum(len(grp) for grp in groups)),
-            "branch_successes": float(sum(t.success for grp in groups for t in grp)),
-            "branch_zero_std": float(sum(bool((rets == rets[0]).all()) for rets in returns))}
+    return RolloutRound(groups, by_task, local, stats)
 
 
 def select_groups(source: Any, rounds: Sequence[RolloutRound]) -> list[int]:
@@ -283,30 +173,6 @@ def reference_logprobs(ref_model: torch.nn.Module, batch: Batch, micro: int, tem
     return torch.cat(parts)
 
 
-def check_reference_can_move(ref_model: torch.nn.Module, model: torch.nn.Module) -> None:
-    """Refuse ``grpo.ref_sync_steps`` where the reference cannot follow the policy: it is the policy
-    itself (the base under LoRA adapters), or its parameters are not the policy's by name and shape."""
-    if ref_model is model:
-        raise ValueError("grpo.ref_sync_steps: the KL reference is the policy's own base under its LoRA adapters, "
-                         "which cannot move; set grpo.ref_sync_steps=0")
-    ref_params, params = dict(ref_model.named_parameters()), dict(model.named_parameters())
-    differ = sorted(ref_params.keys() ^ params.keys()) or [
-        n for n in ref_params if ref_params[n].shape != params[n].shape]
-    if differ:
-        raise ValueError(f"grpo.ref_sync_steps: the reference and the policy have different parameters ({differ[:3]}"
-                         "); set grpo.ref_sync_steps=0")
-
-
-@torch.no_grad()
-def mix_into_reference(ref_model: torch.nn.Module, model: torch.nn.Module, alpha: float) -> None:
-    """TRL's reference sync: every weight of the reference becomes ``alpha * policy + (1 - alpha) *
-    reference`` (``alpha`` 1: a copy of the policy); ``check_reference_can_move`` first."""
-    check_reference_can_move(ref_model, model)
-    params = dict(model.named_parameters())
-    for name, ref in ref_model.named_parameters():
-        ref.lerp_(params[name].detach().to(ref.dtype), alpha)
-
-
 def summed_over_processes(accelerator: Accelerator, values: Sequence[float | torch.Tensor]) -> list[float]:
     """The element-wise sums of ``values`` over every process (this process's own when it runs alone).
 
@@ -319,22 +185,36 @@ def summed_over_processes(accelerator: Accelerator, values: Sequence[float | tor
     return accelerator.reduce(local.to(accelerator.device), reduction="sum").cpu().tolist()
 
 
-def check_source_fits_rollout(source: TaskSource, rollout: RolloutConfig) -> None:
-    """Refuse rollout settings the task source cannot serve (``prepare_inputs`` calls it before any work)."""
-    if isinstance(source, DynamicSampling) and rollout.branch_size > 0:
-        raise ValueError(f"config rollout.branch_size={rollout.branch_size} with the dynamic-sampling source "
-                         f"{source.name!r}: its selection keeps the informative start groups, which drops the "
-                         "all-fail tasks greedy branches are for; use one or the other")
+def make_reference(cfg: TrainConfig, policy: Policy, run_dir: Path, accelerator: Accelerator,
+                   resuming: bool) -> torch.nn.Module | None:
+    """The frozen KL reference (``grpo.beta > 0``): the base under LoRA adapters (switched off when used), else
+    the policy GRPO starts from, saved as ``run_dir/reference`` by the run that began and loaded from there."""
+    if cfg.grpo.beta <= 0:
+        return None
+    if is_adapted(policy.model):
+        return policy.model
+    ref_dir = run_dir / "reference"
+    if not resuming and accelerator.is_main_process:
+        save_policy(policy, ref_dir)
+    accelerator.wait_for_everyone()
+    if (ref_dir / "config.json").exists():
+        ref_model = load_policy(ref_dir, dtype=cfg.policy.dtype).model
+    else:  # resumed from checkpoints copied without reference/: the policy handed in is GRPO's start
+        if accelerator.is_main_process:
+            print(f"note: {ref_dir} is missing; the KL reference is the policy this run starts from "
+                  "(its warm start), as when the run began", flush=True)
+        ref_model = copy.deepcopy(policy.model)
+    ref_model = ref_model.to(policy.device).eval()
+    ref_model.requires_grad_(False)
+    return ref_model
 
 
 def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, run_dir: str | Path,
                accelerator: Accelerator, eval_sets: Mapping[str, Sequence[TaskSpec]] | None = None,
-               resume: bool = False, source: TaskSource | None = None,
-               demos: Sequence[Demo] | None = None, evaluate_last: bool = True) -> LoopResult:
-    """GRPO on ``source``'s tasks (by default ``data.source`` over ``seeds``). ``demos``: the oracle
-    demonstrations ``grpo.sft_weight`` imitates alongside (PPO-ptx); built from ``sft.data`` when not given.
-    ``evaluate_last=False``: no periodic evaluation (``eval.every``) at the last step, for a caller that
-    evaluates the final policy itself (the job's evaluation after GRPO), instead of the same episodes twice."""
+               resume: bool = False, source: TaskSource | None = None, evaluate_last: bool = True) -> LoopResult:
+    """GRPO on ``source``'s tasks (by default ``data.source`` over ``seeds``). ``evaluate_last=False``: no
+    periodic evaluation (``eval.every``) at the last step, for a caller that evaluates the final policy itself
+    (the job's evaluation after GRPO), instead of the same episodes twice."""
     run_dir = Path(run_dir)
     ckpt_root = run_dir / "checkpoints"
     rank, world = accelerator.process_index, accelerator.num_processes
@@ -343,8 +223,6 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
     if r.tasks_per_step % world:
         raise ValueError(f"rollout.tasks_per_step={r.tasks_per_step} must be divisible by the number of processes ({world})")
     eval_sets = dict(eval_sets or {})
-    if g.sft_weight > 0 and not demos:  # PPO-ptx imitates the warm start's demonstrations: built here if not given
-        demos = demonstrations(cfg, policy, seeds)
 
     # -- state: source, optimizer, scheduler, generator; restored from the latest checkpoint -----
     # on the accelerator's device from the start (a pretrained model without a warm start is still on the CPU
@@ -372,38 +250,13 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
             total = sum(p.numel() for p in policy.model.parameters())
             print(f"lora: rank-{cfg.lora.rank} adapters on {', '.join(cfg.lora.target_modules)}: {trains:,} of {total:,} "
                   f"parameters train ({trains / total:.1%})", flush=True)
-    ref_model = None
-    if g.beta > 0 and is_adapted(policy.model):  # the reference is the frozen base: the adapters switched off
-        ref_model = policy.model
-    elif g.beta > 0:  # the frozen reference: the policy GRPO starts from (saved as reference/ by the run that began)
-        ref_dir = run_dir / "reference"
-        if ckpt is None and main:
-            save_policy(policy, ref_dir)
-        accelerator.wait_for_everyone()
-        if (ref_dir / "config.json").exists():
-            ref_model = load_policy(ref_dir, dtype=cfg.policy.dtype).model
-        else:  # resumed from checkpoints copied without reference/: the policy handed in is GRPO's start
-            if main:
-                print(f"note: {ref_dir} is missing; the KL reference is the policy this run starts from "
-                      "(its warm start), as when the run began", flush=True)
-            ref_model = copy.deepcopy(policy.model)
-        ref_model = ref_model.to(policy.device).eval()
-        ref_model.requires_grad_(False)
-    if ref_model is not None and g.ref_sync_steps:
-        check_reference_can_move(ref_model, policy.model)
-        if g.ref_sync_steps > cfg.steps:
-            warnings.warn(f"grpo.ref_sync_steps={g.ref_sync_steps} is more than steps={cfg.steps}: the reference never "
-                          "moves in this run", stacklevel=2)
-    ref_moved = False  # the reference is no longer reference/: moved since, or loaded moved from a checkpoint
+    ref_model = make_reference(cfg, policy, run_dir, accelerator, resuming=ckpt is not None)
     if ckpt is not None and is_adapted(policy.model):
         load_adapter(policy.model, ckpt / "policy")
     elif ckpt is not None:
         policy.model.load_state_dict(load_policy(ckpt / "policy", dtype=cfg.policy.dtype).model.state_dict())
-    if g.freeze_embeddings:
-        policy.model.get_input_embeddings().weight.requires_grad_(False)
     trainable = [p for p in policy.model.parameters() if p.requires_grad]
-    # fp32 copies of a bf16/fp16 policy's weights (none for fp32), and fp16's loss scaling
-    masters = MasterWeights(trainable, scale_loss=runs_in_fp16(policy.model))
+    masters = MasterWeights(trainable)  # fp32 copies of a bf16 policy's weights (none for fp32)
     optimizer = torch.optim.AdamW(masters.tensors, lr=g.lr, betas=tuple(g.adam_betas), eps=g.adam_eps,
                                   weight_decay=g.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
@@ -411,14 +264,10 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         state = load_trainer_state(ckpt)
         optimizer.load_state_dict(state["optimizer"])
         masters.load_state_dict(state.get("master_weights"))
-        masters.load_scaler_state_dict(state.get("loss_scaler"))
         scheduler.load_state_dict(state["scheduler"])
         source.load_state_dict(state["source"])
         set_global_rng_state(state["global_rng"])
         load_rank_rng(ckpt, rank, generator)
-        if ref_model is not None and state.get("reference") is not None:  # moved by grpo.ref_sync_steps
-            ref_model.load_state_dict(state["reference"])
-            ref_moved = True  # kept in later checkpoints too, even if this run stopped moving it
         start_step, history, evals = int(state["step"]), list(state["history"]), list(state["evals"])
         if main and start_step >= cfg.steps:
             print(f"resume: GRPO is already done (checkpoint {ckpt.name}, step {start_step} of {cfg.steps}); nothing "
@@ -451,12 +300,8 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         accelerator.wait_for_everyone()
         if main:
             state = {"step": step, "optimizer": optimizer.state_dict(), "master_weights": masters.state_dict(),
-                     "loss_scaler": masters.scaler_state_dict(),
-                     "scheduler": scheduler.state_dict(),
-                     "source": source.state_dict(), "history": history, "evals": evals, "config": cfg.to_dict(),
-                     "world_size": world}
-            if ref_moved:
-                state["reference"] = {k: v.detach().cpu() for k, v in ref_model.state_dict().items()}
+                     "scheduler": scheduler.state_dict(), "source": source.state_dict(), "history": history,
+                     "evals": evals, "config": cfg.to_dict(), "world_size": world}
             finish_checkpoint(ckpt_root, step, state, lambda p: save_policy(Policy(unwrapped, policy.tokenizer,
                               policy.eos_id, policy.stop_ids, policy.pad_id, policy.name), p), cfg.keep_checkpoints)
         accelerator.wait_for_everyone()
@@ -464,13 +309,11 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
     # a dynamic-sampling source (DAPO) gets up to max_refill_rounds extra rollout rounds per step
     dynamic = isinstance(source, DynamicSampling)
     refill_rounds = int(source.max_refill_rounds) if dynamic else 0  # type: ignore[attr-defined]
-    check_source_fits_rollout(source, r)
 
     t_start = time.perf_counter()
     bar = tqdm(total=cfg.steps, initial=start_step, desc="grpo", disable=not (main and cfg.progress_bar),
                dynamic_ncols=True)
     result = LoopResult(steps_done=start_step, history=history, evals=evals)
-    step = start_step
     for step in range(start_step, cfg.steps):
         if cfg.time_limit_min > 0:
             # every process must stop at the same step
@@ -493,50 +336,19 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
                     break
             seed = rollout_seed(step, round_, rank, world, 1 + refill_rounds)
             rnd = rollout_round(engine, source, more, r.group_size, accelerator, generator=generator, model=unwrapped,
-                                seed=seed, gamma=g.gamma, branch_size=r.branch_size,
-                                branch_seed=cfg.seed * 1_000_003 + seed, greedy=g.baseline == "greedy",
-                                branch_continuation=r.branch_continuation, branch_successes=r.branch_successes,
-                                branch_oracle=r.branch_oracle)
+                                seed=seed)
             source.observe(step, rnd.groups)
             rounds.append(rnd)
 
         # 2. the groups to train on: the source's selection (DAPO: informative groups), else all of them.
-        #    Each process trains on the kept groups it rolled out (advantages within each group).
+        #    Each process trains on the kept groups it rolled out, with advantages within each group
+        #    computed from the returns the source observed.
         every = [(round_, i) for round_, rnd in enumerate(rounds) for i in range(len(rnd.groups))]
         kept = select_groups(source, rounds) if dynamic else list(range(len(every)))
         mine_ids = [(round_, i) for round_, i in (every[j] for j in kept) if i % world == rank]
-        # the kept tasks' greedy-branch groups (rollout.branch_size), each its own advantage group
-        branch_groups = [rounds[round_].branches[i] for round_, i in mine_ids if i in rounds[round_].branches]
-        start_ids = mine_ids if g.train_start_groups else []  # grpo.train_start_groups=false: branch groups only
-        train_groups = [rounds[round_].local[i] for round_, i in start_ids] + branch_groups
-        trajs = [tr for grp in train_groups for tr in grp]
-        # the groups' own (discounted) returns, in rollout order: the ones the source observed
-        returns = torch.tensor([rounds[round_].groups[i].returns for round_, i in start_ids], dtype=torch.float32)
-        # grpo.baseline greedy (ReMax): each group against its task's greedy episode; branch groups against their mean
-        baseline = (torch.tensor([rounds[round_].greedy_returns[i] for round_, i in start_ids], dtype=torch.float32)
-                    if g.baseline == "greedy" else None)
-        batch_std = None
-        if g.scale_rewards == "batch" and kept:  # the std of every kept group's returns, all processes' (each sees all)
-            batch_std = float(torch.tensor([x for round_, i in (every[j] for j in kept)
-                                            for x in rounds[round_].groups[i].returns]).std())
-        advantages = [a for rets, base in ((returns, baseline), (branch_returns(branch_groups, g.gamma), None))
-                      if rets.numel()
-                      for a in (g.episode_weight * weigh_negatives(
-                          group_advantages(rets, g.scale_rewards, g.adv_eps, base, batch_std), g.negative_weight)
-                      ).view(-1).tolist()]
-        if g.action_weight > 0 and train_groups:  # (weighted) episode advantage on every token + the action's own term
-            if g.action_grouping == "state":
-                grouped = state_advantages([[(action_states(tr), tr.rewards) for tr in grp] for grp in train_groups],
-                                           g.action_gamma, g.scale_rewards, g.adv_eps)
-            else:
-                grouped = action_advantages([[tr.rewards for tr in grp] for grp in train_groups], g.adv_eps)
-            per_action = [a for grp in grouped for a in grp]
-            advantages = [token_advantages(tr, a_ep, a_act, g.action_weight)
-                          for tr, a_ep, a_act in zip(trajs, advantages, per_action)]
-        per_token = g.action_weight > 0 or g.miss_credit == "nonpositive"
-        if g.miss_credit == "nonpositive":
-            advantages = [no_credit_for_misses(tr, a if isinstance(a, list) else [a] * len(tr.transcript))
-                          for tr, a in zip(trajs, advantages)]
+        trajs = [tr for round_, i in mine_ids for tr in rounds[round_].local[i]]
+        returns = torch.tensor([rounds[round_].groups[i].returns for round_, i in mine_ids], dtype=torch.float32)
+        advantages = group_advantages(returns, g.scale_rewards, g.adv_eps).view(-1).tolist() if mine_ids else []
 
         # 3. the update (skipped, on every process alike, when the source kept no group). A process
         #    with fewer trajectories than minibatches pads with null rows (no generated token: no loss,
@@ -544,24 +356,14 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         t1 = time.perf_counter()
         sums = {"tokens": 0.0, "clip_low": 0.0, "clip_high": 0.0, "entropy": 0.0, "kl": 0.0, "kl_old": 0.0,
                 "ratio": 0.0}
-        losses, grad_norms, ptx_losses, update_tokens = [], [], [], 0.0
+        losses, grad_norms, update_tokens = [], [], 0.0
         if kept:
             n_null = max(0, g.minibatches - len(trajs))
-            null_ids = [policy.pad_id, policy.pad_id]
-            # grpo.mask_truncated (DAPO's overlong filtering): a truncated episode's tokens leave the loss (its
-            # return still counts in its group's advantages), and it leaves the sequence count
-            # (a greedy-continuation branch episode trains only its first action: a cut in its untrained greedy
-            # tail does not drop it, and its rows end with that action, since later ids carry no loss)
-            trains = [not (g.mask_truncated and tr.truncated and tr.trained_actions is None) for tr in trajs]
-            ends = [tr.trained_end() for tr in trajs]
-            batch = make_batch([tr.transcript.ids[:e] for tr, e in zip(trajs, ends)] + [null_ids] * n_null,
-                               [tr.transcript.action_mask[:e] if on else [0] * e
-                                for tr, on, e in zip(trajs, trains, ends)] + [[0, 0]] * n_null,
-                               [tr.transcript.logprobs[:e] for tr, e in zip(trajs, ends)] + [[0.0, 0.0]] * n_null,
-                               [a[:e] if isinstance(a, list) else a for a, e in zip(advantages, ends)]
-                               + ([[0.0, 0.0]] * n_null if per_token else [0.0] * n_null),
-                               policy.pad_id)
-            real = torch.tensor([float(on) for on in trains] + [0.0] * n_null)
+            batch = make_batch([tr.transcript.ids for tr in trajs] + [[policy.pad_id] * 2] * n_null,
+                               [tr.transcript.action_mask for tr in trajs] + [[0, 0]] * n_null,
+                               [tr.transcript.logprobs for tr in trajs] + [[0.0, 0.0]] * n_null,
+                               advantages + [0.0] * n_null, policy.pad_id)
+            real = torch.tensor([1.0] * len(trajs) + [0.0] * n_null)
             update_tokens = float(batch.attention_mask[: len(trajs)].sum()) * g.epochs
             if ref_model is not None:
                 with adapters_off(unwrapped) if ref_model is policy.model else nullcontext():
@@ -579,19 +381,12 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
                     by_len = sorted(mb.tolist(), key=lambda i: int(batch.attention_mask[i].sum()))
                     micro = [by_len[s:s + g.micro_batch_size] for s in range(0, len(by_len), g.micro_batch_size)]
                     mb_loss = 0.0
-                    if g.sft_weight > 0:  # PPO-ptx: imitation on demonstrations; the GRPO micro-batches sync after it
-                        with accelerator.no_sync(model) if world > 1 else nullcontext():
-                            ptx = sft_batch_loss(model, policy.pad_id, demos, g.sft_batch,
-                                                 np.random.default_rng([cfg.seed, step, epoch, len(losses), rank]))
-                            accelerator.backward(masters.scale(g.sft_weight * ptx))
-                        ptx_losses.append(float(ptx.detach()))
                     for k, idx in enumerate(micro):
-                        sub = batch.select(idx)
                         sync = k == len(micro) - 1
-                        ctx = accelerator.no_sync(model) if (world > 1 and not sync) else nullcontext()
-                        with ctx:
-                            loss, st = grpo_loss(model, sub, loss_settings, n_tokens=n_tokens, n_seqs=n_seqs)
-                            accelerator.backward(masters.scale(loss))
+                        with accelerator.no_sync(model) if (world > 1 and not sync) else nullcontext():
+                            loss, st = grpo_loss(model, batch.select(idx), loss_settings, n_tokens=n_tokens,
+                                                 n_seqs=n_seqs)
+                            accelerator.backward(loss)
                         mb_loss += float(loss.detach())
                         for key in sums:
                             sums[key] += st[key]
@@ -601,71 +396,12 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
                     losses.append(mb_loss)
             model.eval()
         advance_schedule(scheduler)  # also after a step without an update
-        synced = ref_model is not None and g.ref_sync_steps > 0 and (step + 1) % g.ref_sync_steps == 0
-        if synced:
-            mix_into_reference(ref_model, unwrapped, g.ref_sync_alpha)
-            ref_moved = True
         t2 = time.perf_counter()
 
         # 4. metrics (over all processes; rewards over every rollout of the step, refills included)
-        rs = [rnd.stats for rnd in rounds]
-        finite_norms = [n for n in grad_norms if math.isfinite(n)]  # an fp16 step skipped on overflow has none
-        local_totals = {**sums, "gen_time": sum(s.gen_time for s in rs), "env_time": sum(s.env_time for s in rs),
-                        "gen_tokens": float(sum(s.gen_tokens for s in rs)), "update_tokens": update_tokens,
-                        "loss": float(np.mean(losses)) if losses else 0.0,
-                        "grad_norm": float(np.mean(finite_norms)) if finite_norms else 0.0,
-                        "sft_loss": float(np.mean(ptx_losses)) if ptx_losses else 0.0,
-                        **branch_counts(rounds, g.gamma)}
-        tot = dict(zip(local_totals, summed_over_processes(accelerator, list(local_totals.values()))))
-        groups = [grp for rnd in rounds for grp in rnd.light]
-        all_trajs = [t for grp in groups for t in grp]
-        rets = np.array([t.ret for t in all_trajs])
-        stds = [float(np.std(gr.returns)) for rnd in rounds for gr in rnd.groups]  # the advantages' (discounted) returns
-        actions = sum(t.turns for t in all_trajs)
-        ntok = max(tot["tokens"], 1.0)
-        record = {
-            "step": step + 1,
-            "reward_mean": float(rets.mean()), "reward_std": float(rets.std()),
-            "zero_std_frac": float(np.mean([s == 0.0 for s in stds])),
-            "success": float(np.mean([t.success for t in all_trajs])),
-            "progress": float(np.mean([t.progress for t in all_trajs])),
-            "turns": float(np.mean([t.turns for t in all_trajs])),
-            "tool_error_rate": sum(t.errors for t in all_trajs) / max(actions, 1),
-            "truncated": float(np.mean([t.truncated for t in all_trajs])),
-            # each process's loss is its share of the global normalizer, so the global loss is their mean
-            # (loss and grad_norm are 0 on a step without an update: the source kept no group)
-            "loss": tot["loss"] / world, "grad_norm": tot["grad_norm"] / world,
-            "sft_loss": tot["sft_loss"] / world,  # the PPO-ptx term (grpo.sft_weight); 0 when off
-            "kl": tot["kl"] / ntok, "kl_old": tot["kl_old"] / ntok,
-            "clip_frac": (tot["clip_low"] + tot["clip_high"]) / ntok, "clip_low": tot["clip_low"] / ntok,
-            "clip_high": tot["clip_high"] / ntok, "entropy": tot["entropy"] / ntok, "ratio": tot["ratio"] / ntok,
-            "gen_tokens": int(tot["gen_tokens"]),
-            "trained_tokens": int(tot["tokens"]),  # the generated tokens the loss covered, over all inner epochs
-            "rollout_tokens_per_s": tot["gen_tokens"] / max(tot["gen_time"] / world, 1e-9),
-            "update_tokens_per_s": tot["update_tokens"] / max(t2 - t1, 1e-9),
-            "tokens_per_s": (tot["gen_tokens"] + tot["update_tokens"]) / max(t2 - t0, 1e-9),
-            "time_gen": tot["gen_time"] / world, "time_env": tot["env_time"] / world, "time_update": t2 - t1,
-            "time_step": t2 - t0, "lr": float(scheduler.get_last_lr()[0]),
-            # episodes: the step's batch (n * G, every arm's budget); rollouts: all generated, refills included
-            "episodes": sum(len(grp) for grp in rounds[0].light), "rollouts": len(all_trajs),
-            "extra_rollouts": int(getattr(source, "extra_rollouts", 0)),
-            "groups": len(groups), "groups_kept": len(kept), "refill_rounds": len(rounds) - 1,
-            **memory_mb(accelerator.device),  # the main process's (what a leak would show first)
-        }
-        if g.ref_sync_steps:  # 1 on a step after whose update the reference moved (this step's kl is before it)
-            record["ref_synced"] = float(synced)
-        if masters.scaler is not None:  # fp16: the loss scale, and the updates skipped on overflow so far
-            record.update({"loss_scale": masters.loss_scale, "skipped_updates": masters.skipped})
-        if r.branch_size > 0 or g.baseline == "greedy":  # the greedy episodes (branch points, or the baseline)
-            # in the training environments and limits (turn_slack, shaping), not the evaluation's
-            record.update({"greedy_episodes": int(tot["greedy_episodes"]),
-                           "train_greedy_success": tot["greedy_successes"] / max(tot["greedy_episodes"], 1.0)})
-        if r.branch_size > 0:  # greedy-branch rollouts: the failed greedy episodes' branch groups
-            record.update({"branch_groups": int(tot["branch_groups"]), "branch_episodes": int(tot["branch_episodes"])})
-            if tot["branch_groups"]:  # undefined without branch groups: left out of the record
-                record.update({"branch_success": tot["branch_successes"] / tot["branch_episodes"],
-                               "branch_zero_std_frac": tot["branch_zero_std"] / tot["branch_groups"]})
-        record.update({f"source/{k}": float(v) for k, v in source.telemetry().items()})
+        record = step_record(accelerator, source, rounds, kept, sums, losses, grad_norms, update_tokens,
+                             times=(t0, t1, t2), lr=float(scheduler.get_last_lr()[0]))
+        record["step"] = step + 1
         history.append(record)
         if main and logger is not None and (step + 1) % cfg.log_every == 0:
             logger.log(record, step + 1)
@@ -694,6 +430,56 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
     return result
 
 
+def step_record(accelerator: Accelerator, source: TaskSource, rounds: Sequence[RolloutRound], kept: Sequence[int],
+                sums: Mapping[str, float], losses: Sequence[float], grad_norms: Sequence[float], update_tokens: float,
+                *, times: tuple[float, float, float], lr: float) -> dict[str, Any]:
+    """One step's metrics over all processes: rewards over every rollout of the step (refills included), the
+    loss's statistics per trained token, throughput and time, the source's telemetry (``source/...``)."""
+    world = accelerator.num_processes
+    t0, t1, t2 = times
+    rs = [rnd.stats for rnd in rounds]
+    local_totals = {**sums, "gen_time": sum(s.gen_time for s in rs), "env_time": sum(s.env_time for s in rs),
+                    "gen_tokens": float(sum(s.gen_tokens for s in rs)), "update_tokens": update_tokens,
+                    "loss": float(np.mean(losses)) if losses else 0.0,
+                    "grad_norm": float(np.mean(grad_norms)) if grad_norms else 0.0}
+    tot = dict(zip(local_totals, summed_over_processes(accelerator, list(local_totals.values()))))
+    groups = [grp for rnd in rounds for grp in rnd.light]
+    all_trajs = [t for grp in groups for t in grp]
+    rets = np.array([t.ret for t in all_trajs])
+    stds = [float(np.std(gr.returns)) for rnd in rounds for gr in rnd.groups]
+    actions = sum(t.turns for t in all_trajs)
+    ntok = max(tot["tokens"], 1.0)
+    record = {
+        "reward_mean": float(rets.mean()), "reward_std": float(rets.std()),
+        "zero_std_frac": float(np.mean([s == 0.0 for s in stds])),
+        "success": float(np.mean([t.success for t in all_trajs])),
+        "progress": float(np.mean([t.progress for t in all_trajs])),
+        "turns": float(np.mean([t.turns for t in all_trajs])),
+        "tool_error_rate": sum(t.errors for t in all_trajs) / max(actions, 1),
+        "truncated": float(np.mean([t.truncated for t in all_trajs])),
+        # each process's loss is its share of the global normalizer, so the global loss is their mean
+        # (loss and grad_norm are 0 on a step without an update: the source kept no group)
+        "loss": tot["loss"] / world, "grad_norm": tot["grad_norm"] / world,
+        "kl": tot["kl"] / ntok, "kl_old": tot["kl_old"] / ntok,
+        "clip_frac": (tot["clip_low"] + tot["clip_high"]) / ntok, "clip_low": tot["clip_low"] / ntok,
+        "clip_high": tot["clip_high"] / ntok, "entropy": tot["entropy"] / ntok, "ratio": tot["ratio"] / ntok,
+        "gen_tokens": int(tot["gen_tokens"]),
+        "trained_tokens": int(tot["tokens"]),  # the generated tokens the loss covered, over all inner epochs
+        "rollout_tokens_per_s": tot["gen_tokens"] / max(tot["gen_time"] / world, 1e-9),
+        "update_tokens_per_s": tot["update_tokens"] / max(t2 - t1, 1e-9),
+        "tokens_per_s": (tot["gen_tokens"] + tot["update_tokens"]) / max(t2 - t0, 1e-9),
+        "time_gen": tot["gen_time"] / world, "time_env": tot["env_time"] / world, "time_update": t2 - t1,
+        "time_step": t2 - t0, "lr": lr,
+        # episodes: the step's batch (n * G, every arm's budget); rollouts: all generated, refills included
+        "episodes": sum(len(grp) for grp in rounds[0].light), "rollouts": len(all_trajs),
+        "extra_rollouts": int(getattr(source, "extra_rollouts", 0)),
+        "groups": len(groups), "groups_kept": len(kept), "refill_rounds": len(rounds) - 1,
+        **memory_mb(accelerator.device),  # the main process's (what a leak would show first)
+    }
+    record.update({f"source/{k}": float(v) for k, v in source.telemetry().items()})
+    return record
+
+
 def eval_scalars(summary: Mapping[str, Any]) -> dict[str, float]:
     """An evaluation's headline numbers, flat: greedy ``success``, ``progress``, ...; the sampled
     episodes' as ``sampled_success``, ``sampled_progress``, ... (per-depth tables are left out)."""
@@ -710,15 +496,8 @@ def source_env_id(source: TaskSource, cfg: TrainConfig) -> str:
 
 
 def source_env_kwargs(source: TaskSource, cfg: TrainConfig) -> dict[str, Any]:
-    """The training environments' kwargs: ``env_kwargs``, the training-only error penalty and success bonus, then the
-    source's own."""
-    out = env_kwargs(cfg)
-    if cfg.rollout.error_penalty > 0 or cfg.rollout.success_bonus > 0:
-        classes = cfg.rollout.error_classes or [c for c in ERROR_CLASSES if c not in ("none", "episode_over")]
-        penalty = {cls: cfg.rollout.error_penalty for cls in classes}
-        out["reward"] = RewardConfig(error_penalty=penalty if cfg.rollout.error_penalty > 0 else {},
-                                     success_bonus=cfg.rollout.success_bonus)
-    return {**out, **dict(getattr(source, "env_kwargs", None) or {})}
+    """The training environments' kwargs: ``env_kwargs``, then the source's own."""
+    return {**env_kwargs(cfg), **dict(getattr(source, "env_kwargs", None) or {})}
 
 
 def eval_records(entry: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -28,17 +28,17 @@ from rods_gym.registration import DIFFICULTY_NAMES
 from rods_gym.task import TaskSpec
 
 from .checkpoint import latest_checkpoint, latest_policy, refuse_stale_checkpoints
-from .commands import note
+from .messages import note
 from .config import TrainConfig, save_config
 from .evaluation import evaluate_sets, figures_line
-from .loop import LoopResult, check_source_fits_rollout, env_kwargs, eval_scalars, evaluation_engine, grpo_train
+from .loop import LoopResult, env_kwargs, eval_scalars, evaluation_engine, grpo_train
 from .metrics import MetricsLogger, read_jsonl
 from .plots import plot_training_curve
 from .lora import add_adapters, is_adapted, merge_adapters
 from .policy import (Policy, check_policy_view, enable_gradient_checkpointing, load_policy, local_model_path,
                      longest_compact_call, make_policy, save_policy)
 from .rollout import RolloutEngine, conversation_start, prompt_overflow
-from .sft import Demo, check_demonstrations_fit, demonstrations, env_mode, oracle_episode, train_sft
+from .sft import check_demonstrations_fit, demonstrations, env_mode, oracle_episode, train_sft
 from .sources import make_source
 from .task_source import TaskSource
 from .threads import torch_threads
@@ -179,9 +179,8 @@ def _success_table(before: Mapping[str, Any], after: Mapping[str, Any]) -> str:
 
 
 def warm_start(cfg: TrainConfig, policy: Policy, seeds: list, accelerator: Accelerator, run_dir: Path,
-               resume: bool, log: Callable[..., None], demos: list[Demo] | None = None) -> dict[str, Any]:
-    """SFT on oracle demonstrations (``sft.data``; ``demos`` when given, else built here); saves
-    ``sft_policy/``. Returns its record."""
+               resume: bool, log: Callable[..., None]) -> dict[str, Any]:
+    """SFT on oracle demonstrations (``sft.data``); saves ``sft_policy/``. Returns its record."""
     sft_dir, ckpt_dir = run_dir / "sft_policy", run_dir / "sft_checkpoint"
     main = accelerator.is_main_process
     if resume and not (sft_dir / "config.json").exists() and latest_checkpoint(run_dir / "checkpoints") is not None:
@@ -196,7 +195,7 @@ def warm_start(cfg: TrainConfig, policy: Policy, seeds: list, accelerator: Accel
         shutil.rmtree(ckpt_dir)
     accelerator.wait_for_everyone()
     t0 = time.perf_counter()
-    demos = demos if demos is not None else demonstrations(cfg, policy, seeds, progress_bar=cfg.progress_bar and main)
+    demos = demonstrations(cfg, policy, seeds, progress_bar=cfg.progress_bar and main)
     logger: MetricsLogger | None = None
     resumed_from = 0
 
@@ -313,8 +312,6 @@ def prepare_inputs(cfg: TrainConfig, *, check_source: bool = True, resume: bool 
     seeds = load_tasks(cfg.data.train_split, cfg.data)
     eval_sets = {s: spread(load_tasks(s, cfg.data), cfg.eval.tasks) for s in cfg.eval.splits}
     source = make_source(cfg.data.source, cfg, seeds, cfg.seed) if check_source else None
-    if source is not None:
-        check_source_fits_rollout(source, cfg.rollout)
     policy = make_run_policy(cfg, mode, eval_sets, resume=resume)
     # the embedded policy is built for this view: no vocabulary to check
     check_policy_for_run(cfg, policy, mode, {"train": seeds, **eval_sets}, vocabulary=cfg.policy.model != "tiny")
@@ -542,12 +539,10 @@ def run_training(cfg: TrainConfig, *, resume: bool = False, inputs: RunInputs | 
 
     n_params = sum(p.numel() for p in policy.model.parameters())
     log(f"policy {policy.name}: {n_params / 1e6:.2f}M parameters, vocabulary {len(policy.tokenizer)}")
-    # PPO-ptx (grpo.sft_weight) imitates the warm start's demonstrations during GRPO too: built once
-    demos = demonstrations(cfg, policy, seeds) if cfg.grpo.sft_weight > 0 else None
     if cfg.sft.enabled and cfg.policy.model != "tiny" and not (run_dir / "sft_policy" / "config.json").exists():
         log(f"note: the warm start trains {cfg.policy.model} further ({cfg.sft.steps} SFT steps at lr {cfg.sft.lr:g}) "
             "before GRPO; for GRPO alone on it, pass sft.enabled=false")
-    sft_record = warm_start(cfg, policy, seeds, accelerator, run_dir, resume, log, demos) if cfg.sft.enabled else {}
+    sft_record = warm_start(cfg, policy, seeds, accelerator, run_dir, resume, log) if cfg.sft.enabled else {}
 
     engine = evaluation_engine(cfg, policy)
     before_file = run_dir / EVAL_BEFORE
@@ -565,7 +560,7 @@ def run_training(cfg: TrainConfig, *, resume: bool = False, inputs: RunInputs | 
 
     t_grpo = time.perf_counter()
     loop: LoopResult = grpo_train(cfg, policy, seeds, run_dir=run_dir, accelerator=accelerator, eval_sets=eval_sets,
-                                  resume=resume, source=inputs.source, demos=demos, evaluate_last=False)
+                                  resume=resume, source=inputs.source, evaluate_last=False)
     grpo_seconds = time.perf_counter() - t_grpo
     after = job_evaluation(cfg, engine, eval_sets, accelerator)
     summary = {

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Lfm2Config, PretrainedConfig, PreTrainedModel
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, PretrainedConfig, PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from rods_gym.suite import Suite, default_suite
@@ -101,29 +101,19 @@ def wrap(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str) 
 
 def tiny_model_config(cfg: PolicyConfig, vocab_size: int, special_ids: dict[str, int | None] | None = None
                       ) -> PretrainedConfig:
-    """The embedded model's ``transformers`` config: a Llama, or (``architecture: lfm2``) an LFM2 of
-    the same sizes whose even layers are short convolutions and odd layers attention.
+    """The embedded model's ``transformers`` config: a small Llama of ``cfg``'s sizes with tied embeddings.
     ``special_ids``: ``bos_token_id``, ``eos_token_id``, ``pad_token_id``."""
-    common = dict(vocab_size=vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
-                  num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
-                  num_key_value_heads=cfg.num_heads, max_position_embeddings=cfg.max_positions,
-                  tie_word_embeddings=True, **(special_ids or {}))
-    if cfg.architecture == "llama":
-        return LlamaConfig(**common, rope_theta=10000.0)
-    if cfg.architecture == "lfm2":
-        if cfg.num_layers < 2:
-            raise ValueError(f"policy.architecture=lfm2 needs policy.num_layers >= 2 (its odd layers are the attention "
-                             f"ones), got {cfg.num_layers}")
-        return Lfm2Config(**common, full_attn_idxs=list(range(1, cfg.num_layers, 2)), block_auto_adjust_ff_dim=False)
-    raise ValueError(f"policy.architecture={cfg.architecture!r}: choose llama or lfm2")
+    return LlamaConfig(vocab_size=vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+                       num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
+                       num_key_value_heads=cfg.num_heads, max_position_embeddings=cfg.max_positions,
+                       tie_word_embeddings=True, rope_theta=10000.0, **(special_ids or {}))
 
 
 def build_tiny_policy(cfg: PolicyConfig, mode: str, suite: Suite | None = None, slot_ids: str = "ordered") -> Policy:
     """The embedded default: a small model built from ``cfg`` (seeded init, nothing downloaded).
     ``slot_ids``: the compact view's slot ids the tokenizer must spell (typed ids are two tokens)."""
     if mode == "compact":
-        tokenizer = build_compact_tokenizer(suite or default_suite(), pieces=cfg.compact_tokens == "pieces",
-                                            slot_ids=slot_ids)
+        tokenizer = build_compact_tokenizer(suite or default_suite(), slot_ids=slot_ids)
     elif mode == "chat":
         tokenizer = build_chat_tokenizer()
     else:
@@ -138,7 +128,7 @@ def build_tiny_policy(cfg: PolicyConfig, mode: str, suite: Suite | None = None, 
     model.to(DTYPES[cfg.dtype])
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return wrap(model, tokenizer, f"tiny-{mode}" if cfg.architecture == "llama" else f"tiny-{cfg.architecture}-{mode}")
+    return wrap(model, tokenizer, f"tiny-{mode}")
 
 
 def looks_local(name: str | Path) -> bool:
@@ -232,7 +222,7 @@ def make_policy(cfg: PolicyConfig, mode: str, suite: Suite | None = None, slot_i
 def longest_compact_call(policy: Policy, suite: Suite | None = None, slot_ids: str = "ordered") -> int:
     """Tokens (the stop token included) of the compact view's longest call, ``call TOOL p $id ...``
     with every parameter of a suite tool, each value a slot id of ``slot_ids`` (typed ids are two
-    tokens with the embedded tokenizer; names split into pieces with ``compact_tokens: pieces``).
+    tokens with the embedded tokenizer).
     A rollout that may generate fewer cuts that call short."""
     suite = suite or default_suite()
     slot = f"${max(suite.types, key=len)}.63" if slot_ids == "typed" else "$63"

@@ -25,7 +25,6 @@ import torch
 
 from rods_gym.task import TaskSpec
 
-from .config import check_truncation
 from .generation import DecodeSession
 from .policy import Policy
 from .transcript import ChatCodec, Messages, Transcript
@@ -63,10 +62,7 @@ class Trajectory:
     rejected: list[bool] = field(default_factory=list)  # whether the env rejected each action (error class != none)
     effects: list[str] = field(default_factory=list)  # what each action did (the env's info["effect"], "" if none)
     reset_seed: int = 0  # the seed the episode's environment was reset with
-    prefix: "Branch | None" = None  # the replayed start of a branch episode (its actions are context, not trained)
-    # how many of its first actions train (None: all). A greedy-continuation branch episode trains only the
-    # action taken at the branch point; the greedy actions after it only measure where that action leads
-    trained_actions: int | None = None
+    prefix: "Branch | None" = None  # the replayed start of a branch episode (its actions are context)
 
     @property
     def errors(self) -> int:
@@ -86,14 +82,6 @@ class Trajectory:
     @property
     def n_generated(self) -> int:
         return sum(self.transcript.action_mask)
-
-    def trained_end(self) -> int:
-        """Where the tokens that matter to the update end: the end of the last action that trains (the
-        whole transcript when every action trains). Later ids carry no loss and, attention being causal,
-        change no earlier log-prob."""
-        if self.trained_actions is None or self.trained_actions >= len(self.action_spans):
-            return len(self.transcript)
-        return self.action_spans[self.trained_actions - 1][1] if self.trained_actions > 0 else 0
 
 
 @dataclass(frozen=True)
@@ -165,15 +153,6 @@ def branch_before_first_miss(tr: "Trajectory") -> Branch | None:
     return None if k is None else branch_before_action(tr, k)
 
 
-def branch_at_drawn_action(tr: "Trajectory", generator: torch.Generator) -> Branch | None:
-    """The state before one of ``tr``'s actions, drawn uniformly with ``generator``: where a successful
-    episode's action can be compared with others (None for a branch episode or one without actions)."""
-    if tr.prefix is not None or not tr.action_spans:
-        return None
-    k = int(torch.randint(len(tr.action_spans), (1,), generator=generator, device=generator.device))
-    return branch_before_action(tr, k)
-
-
 @dataclass
 class RolloutStats:
     gen_time: float = 0.0
@@ -196,11 +175,6 @@ class RolloutSettings:
     max_context: int = 1024
     temperature: float = 1.0
     turn_slack: int | None = None  # per-task action budget: the oracle's action count + slack (None: off)
-    top_k: int = 0  # sampling only: the k most likely tokens (0: off); log-probs stay untruncated
-    top_p: float = 1.0  # sampling only: the nucleus of this mass (1.0: off)
-
-    def __post_init__(self) -> None:
-        check_truncation(self.top_k, self.top_p)
 
 
 def oracle_actions(task: TaskSpec) -> int:
@@ -264,15 +238,9 @@ class RolloutEngine:
 
     def run(self, tasks: Sequence[TaskSpec], repeats: int = 1, *, generator: torch.Generator | None = None,
             greedy: bool = False, seed: int = 0, env_options: Sequence[Mapping[str, Any]] | None = None,
-            model: Any = None, branches: Sequence[Branch | None] | None = None,
-            then_greedy: bool = False, oracle_first: bool = False) -> tuple[list[Trajectory], RolloutStats]:
+            model: Any = None, branches: Sequence[Branch | None] | None = None) -> tuple[list[Trajectory], RolloutStats]:
         """``repeats`` episodes of every task (task-major order: task 0's episodes first). ``branches``
-        (aligned with ``tasks``): where a task's episodes start from a replayed prefix (``Branch``).
-        ``then_greedy``: each episode samples its first action and decodes the rest greedily, and only
-        that first action trains (``Trajectory.trained_actions``): its return is then the greedy policy's
-        return after that action. ``oracle_first``: each episode's first action is the oracle's next action
-        from its start (or branch point), teacher-forced with the policy's log-probs of its ids recorded,
-        and the episode goes on with the policy (off-policy guidance, as LUFFY mixes expert traces into groups)."""
+        (aligned with ``tasks``): where a task's episodes start from a replayed prefix (``Branch``)."""
         s = self.settings
         model = model if model is not None else self.policy.model
         if branches is not None:
@@ -285,7 +253,6 @@ class RolloutEngine:
         t0 = time.perf_counter()
         trajs: list[Trajectory] = []
         convs: list[tuple[Messages, Tools]] = []
-        guides: list[list[int] | None] = []  # the oracle's first action of each episode (oracle_first)
         for ti, task in enumerate(tasks):
             branch = branches[ti] if branches is not None else None
             if env_options is not None:
@@ -302,12 +269,11 @@ class RolloutEngine:
                 if first is None or (messages, tools) != (first[0], first[1]):
                     first = (messages, tools, self.codec.start(messages, tools))
                 tr = Trajectory(task, ti, first[2].copy(), progress=info["progress"], env_options=opts,
-                                reset_seed=reset_seed, trained_actions=1 if then_greedy else None)
+                                reset_seed=reset_seed)
                 if branch is not None:
                     messages = self._replay(env, tr, branch, messages, tools)
                 trajs.append(tr)
                 convs.append((messages, tools))
-                guides.append(self._oracle_ids(env, tr) if oracle_first else None)
         stats.env_time += time.perf_counter() - t0
         self._warn_long_prompts(trajs)
 
@@ -332,13 +298,8 @@ class RolloutEngine:
                 break
             t1 = time.perf_counter()
             session.extend([new_ids[i] for i in rows])
-            decode: bool | list[bool] = greedy
-            if then_greedy and not greedy:  # greedy after each episode's first action
-                decode = [trajs[i].turns > 0 for i in rows]
-            force = [guides[i] if trajs[i].turns == 0 else None for i in rows] if oracle_first else None
             gens = session.sample(stop_ids=self.policy.stop_ids, max_new_tokens=s.max_action_tokens,
-                                  temperature=s.temperature, generator=generator, greedy=decode, force=force,
-                                  top_k=s.top_k, top_p=s.top_p)
+                                  temperature=s.temperature, generator=generator, greedy=greedy)
             t2 = time.perf_counter()
             stats.gen_time += t2 - t1
             for i, g in zip(rows, gens):
@@ -377,16 +338,6 @@ class RolloutEngine:
             model.train()
         stats.context_tokens = sum(len(tr.transcript) for tr in trajs) - stats.gen_tokens
         return trajs, stats
-
-    def _oracle_ids(self, env: gym.Env, tr: Trajectory) -> list[int]:
-        """The ids of the oracle's next action in ``env`` (an augmented env's wrapper renames it), refused
-        when they would be cut at ``max_action_tokens``: a cut action is no longer the oracle's."""
-        ids = self.codec.action_ids(env.get_wrapper_attr("oracle_action")())
-        if len(ids) > self.settings.max_action_tokens:
-            raise ValueError(f"task {tr.task.id!r}: the oracle's action here is {len(ids)} tokens, over "
-                             f"rollout.max_action_tokens={self.settings.max_action_tokens}; raise it to force the "
-                             "oracle's actions (rollout.branch_oracle)")
-        return ids
 
     def action_budget(self, task: TaskSpec) -> int:
         """The actions an episode of ``task`` may take (``max_turns``, or the oracle's count + ``turn_slack``)."""

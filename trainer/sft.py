@@ -25,15 +25,12 @@ from tqdm.auto import tqdm
 
 from rods_gym.episode import Action, Episode, Reply, ToolCall
 from rods_gym.oracle import DONE, oracle_action
-from rods_gym.signature import compute_signature
-from rods_gym.suite import default_suite
 from rods_gym.task import TaskSpec
 
 from .config import SFTConfig, TrainConfig, check_demo_chances, env_kwargs
 from .generation import no_cache
-from .master_weights import MasterWeights, runs_in_fp16
+from .master_weights import MasterWeights
 from .policy import Policy
-from .recovery import slipped_call
 from .rollout import conversation_start, conversation_step
 from .transcript import ChatCodec, Transcript
 
@@ -48,8 +45,7 @@ class Demo:
     skipped_last_call: bool = False  # the teacher said it was done where the oracle makes the last call
 
 
-DEFER_STREAM = 1  # the third key of a demonstration's defer_unlock draw (its slips' generator has two)
-SKIP_STREAM = 2  # the third key of its skip_last_call draw
+SKIP_STREAM = 2  # the third key of a demonstration's skip_last_call draw (kept: the default job's draws)
 
 
 def done_too_soon(episode: Episode, truth: Action) -> bool:
@@ -64,71 +60,34 @@ def done_too_soon(episode: Episode, truth: Action) -> bool:
 
 
 def make_demonstrations(policy: Policy, tasks: Sequence[TaskSpec], env_id: str,
-                        env_kwargs: Mapping[str, Any] | None = None, *, recovery: float = 0.0,
-                        defer_unlock: float = 0.0, skip_last_call: float = 0.0, seed: int = 0,
+                        env_kwargs: Mapping[str, Any] | None = None, *, skip_last_call: float = 0.0, seed: int = 0,
                         progress_bar: bool = False) -> list[Demo]:
     """The oracle's episode of every task, as token ids with the agent's tokens marked.
-
-    ``recovery``: the chance, per oracle tool call, that a slip is drawn (``recovery.slipped_call``);
-    one the environment rejects is shown with its rejection as context before the oracle's call.
-    A slip the environment accepts (a wrong value that is still valid) is taken back by replaying
-    the episode without it, and no slip is drawn when the episode's step limit has no room for
-    one besides the oracle's remaining actions, so every demonstration still ends where the
-    oracle's does. Slips are drawn from ``numpy.random.default_rng([seed, task index])``.
-
-    ``defer_unlock``: the chance, per demonstration, that the oracle defers saying a withheld tool is
-    missing until the calls the available tools allow are made (``oracle_action(defer_unlock=True)``),
-    drawn from ``numpy.random.default_rng([seed, task index, DEFER_STREAM])``.
 
     ``skip_last_call``: the chance, per demonstration whose task needs two or more calls on its last turn,
     that the teacher replies that everything is done where the oracle would make the task's last call
     (``done_too_soon``), ending the demonstration unsolved; drawn from
     ``numpy.random.default_rng([seed, task index, SKIP_STREAM])``.
     """
-    check_demo_chances(recovery=recovery, defer_unlock=defer_unlock, skip_last_call=skip_last_call)
+    check_demo_chances(skip_last_call=skip_last_call)
     codec = ChatCodec(policy)
     env = gym.make(env_id, **dict(env_kwargs or {}))
-    if recovery > 0 and getattr(env.unwrapped, "mode", None) != "compact":
-        raise ValueError(f"recovery demonstrations need the compact view (value slots); "
-                         f"{env_id!r} renders {getattr(env.unwrapped, 'mode', '?')!r}")
     demos = []
     for i, task in enumerate(tqdm(tasks, desc="demonstrations", disable=not progress_bar, dynamic_ncols=True)):
-        rng = np.random.default_rng([seed, i])
-        defer = defer_unlock > 0 and np.random.default_rng([seed, i, DEFER_STREAM]).random() < defer_unlock
         skip = skip_last_call > 0 and np.random.default_rng([seed, i, SKIP_STREAM]).random() < skip_last_call
-        plan = _oracle_length(env, i, task) if recovery > 0 else 0
         obs, info = env.reset(seed=i, options={"task": task})
         messages, tools = conversation_start(env, obs)
         tr = codec.start(messages, tools)
-        taken: list[Any] = []  # every action stepped so far, slips included (to replay the episode)
         skipped = False  # a skip ends the episode: a reply on its last turn
-        for done in range(MAX_DEMO_STEPS):
+        for _ in range(MAX_DEMO_STEPS):
             ep = env.unwrapped.episode
-            truth = oracle_action(ep, defer_unlock=defer)
+            truth = oracle_action(ep)
             skipped = skip and done_too_soon(ep, truth)
             if skipped:
                 truth = Reply(DONE)
-            room = ep.max_steps - ep.steps > plan - done  # a slip besides the oracle's remaining actions
-            if isinstance(truth, ToolCall) and room and recovery > 0 and rng.random() < recovery:
-                slip = slipped_call(truth, env.unwrapped.renderer.slots.values, rng)
-                if slip is not None:
-                    slip_text = env.unwrapped.encode(slip)
-                    before = _episode_marks(env)
-                    obs, _, terminated, truncated, info = env.step(slip_text)
-                    if info["error"] != "none" and not (terminated or truncated):
-                        tr.add_context(codec.action_ids(slip_text))  # shown, never imitated
-                        messages, n_new = conversation_step(env, messages, slip_text, obs, info)
-                        codec.continue_after_action(tr, messages, n_new, tools, stopped=True)
-                        taken.append(slip_text)
-                    else:  # accepted (or it ended the episode): take it back
-                        env.reset(seed=i, options={"task": task})
-                        for a in taken:
-                            env.step(a)
-                        assert _episode_marks(env) == before, "replaying the episode did not restore it"
             action = env.unwrapped.encode(truth)
             tr.add_action(codec.action_ids(action))
             obs, _, terminated, truncated, info = env.step(action)
-            taken.append(action)
             if terminated or truncated:
                 break
             messages, n_new = conversation_step(env, messages, action, obs, info)
@@ -150,36 +109,13 @@ def oracle_episode(env: gym.Env, seed: int, options: Mapping[str, Any] | None = 
             return
 
 
-def _oracle_length(env: gym.Env, seed: int, task: TaskSpec) -> int:
-    """The number of actions of the oracle's episode of ``task``, played on ``env``. (Exact, unlike
-    ``rollout.oracle_actions``, a bound that counts a reply for every user turn.)"""
-    return sum(1 for _ in oracle_episode(env, seed, {"task": task}))
-
-
-def _episode_marks(env: gym.Env) -> tuple[Any, ...]:
-    """What a taken-back slip must leave as it was: steps, turn, met requirements, slots, changed records."""
-    ep = env.unwrapped.episode
-    return ep.steps, ep.turn, sorted(ep.satisfied), list(env.unwrapped.renderer.slots.values), ep.state.changed
-
-
 def demonstration_tasks(cfg: TrainConfig, seeds: Sequence[TaskSpec], mode: str) -> list[TaskSpec]:
-    """The tasks the warm start imitates: the first seeds, or fresh tasks drawn like them (``sft.data``),
-    those deeper than ``sft.max_depth`` left out."""
+    """The tasks the warm start imitates: the first seeds, or fresh tasks drawn like them (``sft.data``)."""
     if cfg.sft.data == "seeds":
-        tasks = list(seeds[: cfg.sft.demos])
-    else:
-        from rods_gym.envs.build_tasksets import demonstration_tasks as fresh
+        return list(seeds[: cfg.sft.demos])
+    from rods_gym.envs.build_tasksets import demonstration_tasks as fresh
 
-        tasks = fresh(cfg.sft.demos, seed=cfg.sft.data_seed, view=mode)
-    return within_depth(tasks, cfg.sft.max_depth)
-
-
-def within_depth(tasks: Sequence[TaskSpec], max_depth: int) -> list[TaskSpec]:
-    """The tasks whose dependency depth is at most ``max_depth`` (``sft.max_depth``; 0: all of them)."""
-    if not max_depth:
-        return list(tasks)
-    suite = default_suite()
-    return [t for t in tasks if compute_signature(t, suite).depth <= max_depth]
+    return fresh(cfg.sft.demos, seed=cfg.sft.data_seed, view=mode)
 
 
 def demonstrations(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *,
@@ -188,8 +124,7 @@ def demonstrations(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], 
     ``rollout.max_context`` left out with a warning: the policy never acts past that length in a rollout,
     and a model with learned positions (GPT-2's 1,024) cannot take a longer sequence at all."""
     demos = make_demonstrations(policy, demonstration_tasks(cfg, seeds, env_mode(cfg.data.env_id)), cfg.data.env_id,
-                                env_kwargs(cfg), recovery=cfg.sft.recovery, defer_unlock=cfg.sft.defer_unlock,
-                                skip_last_call=cfg.sft.skip_last_call, seed=cfg.seed, progress_bar=progress_bar)
+                                env_kwargs(cfg), skip_last_call=cfg.sft.skip_last_call, seed=cfg.seed, progress_bar=progress_bar)
     limit = cfg.rollout.max_context
     fit = [d for d in demos if len(d.transcript.ids) <= limit]
     if len(fit) < len(demos):
@@ -222,12 +157,10 @@ def check_demonstrations_fit(cfg: TrainConfig, policy: Policy, seeds: Sequence[T
     if not cfg.sft.enabled or not seeds:
         return
     # the warm start's own tasks where they are cheap to know (the first sft.demos seeds); drawn ones are like the seeds
-    pool = (demonstration_tasks(cfg, seeds, env_mode(cfg.data.env_id)) if cfg.sft.data == "seeds"
-            else within_depth(seeds, cfg.sft.max_depth))
+    pool = demonstration_tasks(cfg, seeds, env_mode(cfg.data.env_id)) if cfg.sft.data == "seeds" else list(seeds)
     if not pool:
         return
-    demos = make_demonstrations(policy, spread(pool, n), cfg.data.env_id, env_kwargs(cfg), recovery=cfg.sft.recovery,
-                                seed=cfg.seed)
+    demos = make_demonstrations(policy, spread(pool, n), cfg.data.env_id, env_kwargs(cfg), seed=cfg.seed)
     lengths = [len(d.transcript.ids) for d in demos]
     over = sum(n_ids > cfg.rollout.max_context for n_ids in lengths)
     if not lengths or 2 * over <= len(lengths):
@@ -263,15 +196,6 @@ def sft_loss(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor, acti
     nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none")
     denom = float(n_tokens) if n_tokens is not None else target_mask.sum().clamp(min=1.0)
     return (nll.view_as(target_mask) * target_mask).sum() / denom
-
-
-def sft_batch_loss(model: torch.nn.Module, pad_id: int, demos: Sequence[Demo], n: int,
-                   rng: np.random.Generator) -> torch.Tensor:
-    """The imitation loss (``sft_loss``) of ``n`` demonstrations drawn from ``demos`` by ``rng``."""
-    picked = [demos[i] for i in rng.choice(len(demos), size=min(n, len(demos)), replace=False)]
-    ids, attn, amask = pad_right([d.transcript.ids for d in picked], [d.transcript.action_mask for d in picked], pad_id)
-    device = next(model.parameters()).device
-    return sft_loss(model, ids.to(device), attn.to(device), amask.to(device))
 
 
 def pad_right(seqs: Sequence[Sequence[int]], masks: Sequence[Sequence[int]], pad_id: int
@@ -317,8 +241,8 @@ def warmup_cosine(step: int, warmup: int, total: int) -> float:
 
 
 def advance_schedule(scheduler: torch.optim.lr_scheduler.LRScheduler) -> None:
-    """``scheduler.step()``, also after an optimizer step that did not happen (an fp16 step skipped on overflow,
-    a GRPO step without an update): the schedule follows the training steps, not the optimizer's."""
+    """``scheduler.step()``, also after an optimizer step that did not happen (a GRPO step without an update):
+    the schedule follows the training steps, not the optimizer's."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step", category=UserWarning)
         scheduler.step()
@@ -395,13 +319,12 @@ def train_sft(policy: Policy, demos: Sequence[Demo], cfg: SFTConfig, *, seed: in
     saved = load_sft_checkpoint(Path(checkpoint_dir)) if checkpoint_dir is not None else None
     if saved is not None:
         model.load_state_dict(saved["model"])
-    # fp32 copies of a bf16/fp16 policy's weights (none for fp32); only what trains (the adapters under LoRA)
-    masters = MasterWeights([p for p in model.parameters() if p.requires_grad], scale_loss=runs_in_fp16(model))
+    # fp32 copies of a bf16 policy's weights (none for fp32); only what trains (the adapters under LoRA)
+    masters = MasterWeights([p for p in model.parameters() if p.requires_grad])
     optimizer = torch.optim.AdamW(masters.tensors, lr=cfg.lr, weight_decay=0.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, cfg.warmup_steps, cfg.steps))
     if saved is not None:
         masters.load_state_dict(saved.get("master_weights"))
-        masters.load_scaler_state_dict(saved.get("loss_scaler"))
         optimizer.load_state_dict(saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])
         losses = list(saved["losses"])
@@ -421,14 +344,13 @@ def train_sft(policy: Policy, demos: Sequence[Demo], cfg: SFTConfig, *, seed: in
         ids, attn, amask = pad_right([d.transcript.ids for d in mine], [d.transcript.action_mask for d in mine],
                                      policy.pad_id)
         total = sum(sum(d.transcript.action_mask) for d in batch) / world  # DDP averages: global token mean
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.autocast == "bf16"):
-            loss = sft_loss(model, ids.to(device), attn.to(device), amask.to(device), n_tokens=total)
+        loss = sft_loss(model, ids.to(device), attn.to(device), amask.to(device), n_tokens=total)
         optimizer.zero_grad(set_to_none=True)
         if accelerator is not None:
-            accelerator.backward(masters.scale(loss))
+            accelerator.backward(loss)
             masters.step(optimizer, cfg.max_grad_norm, lambda m: accelerator.clip_grad_norm_(model.parameters(), m))
         else:
-            masters.scale(loss).backward()
+            loss.backward()
             masters.step(optimizer, cfg.max_grad_norm)
         advance_schedule(scheduler)
         # each process's loss is its tokens' sum over 1/world of the global token count: the global loss is their mean
@@ -444,8 +366,7 @@ def train_sft(policy: Policy, demos: Sequence[Demo], cfg: SFTConfig, *, seed: in
                 inner = accelerator.unwrap_model(model) if accelerator is not None else model
                 _save_sft_checkpoint(Path(checkpoint_dir), {
                     "step": done, "losses": losses, "model": inner.state_dict(), "optimizer": optimizer.state_dict(),
-                    "master_weights": masters.state_dict(), "loss_scaler": masters.scaler_state_dict(),
-                    "scheduler": scheduler.state_dict()}, settings)
+                    "master_weights": masters.state_dict(), "scheduler": scheduler.state_dict()}, settings)
             if accelerator is not None:
                 accelerator.wait_for_everyone()
     bar.close()

@@ -59,7 +59,7 @@ def available_sources() -> dict[str, SourceFactory]:
 def make_source(name: str, cfg: TrainConfig, seeds: Sequence[TaskSpec], rng_seed: int) -> TaskSource:
     sources = available_sources()
     if name not in sources:
-        raise ValueError(f"unknown task source {name!r} (data.source); available: {sorted(sources)}")
+        raise ValueError(f"config data.source={name!r}: choose one of {tuple(sorted(sources))}")
     try:
         source = sources[name](cfg, seeds, rng_seed)
     except ValueError as exc:  # say where the mistake is, as the config's own errors do

@@ -53,21 +53,9 @@ CHAT_TEMPLATE = (
 )
 
 
-def word_pieces(word: str) -> list[str]:
-    """``find_contact_by_phone`` -> ``find ##_contact ##_by ##_phone`` (slot tokens stay whole)."""
-    if word.startswith("$") or "_" not in word.strip("_"):
-        return [word]
-    head, *rest = word.split("_")
-    return [head] + [f"##_{p}" for p in rest]
+def build_compact_tokenizer(suite: Suite, slot_ids: str = "ordered") -> PreTrainedTokenizerFast:
+    """A tokenizer over the compact vocabulary (one token per vocabulary word); ids 0-5 are the special tokens.
 
-
-def build_compact_tokenizer(suite: Suite, pieces: bool = False, slot_ids: str = "ordered") -> PreTrainedTokenizerFast:
-    """A tokenizer over the compact vocabulary; ids 0-5 are the special tokens.
-
-    ``pieces=False``: one token per vocabulary word (word-level). ``pieces=True``: tool,
-    parameter and field names split at underscores into word pieces shared across names
-    (WordPiece with ``##`` continuations), so a name the model has rarely produced is
-    still made of pieces it produces often; decoding joins the pieces back exactly.
     ``slot_ids="typed"`` (the compact view's typed ids): a typed id is two tokens, its type and its
     rank (``$email.0`` -> ``$email ##.0``), in place of the numbered ids ``$0``..``$63``.
     """
@@ -75,14 +63,11 @@ def build_compact_tokenizer(suite: Suite, pieces: bool = False, slot_ids: str = 
     if slot_ids == "typed":
         types, ranks = typed_slot_parts(suite)
         words = [w for w in words if not (w.startswith("$") and w[1:].isdigit())] + types
-    if pieces:
-        units = list(dict.fromkeys(p for w in words for p in word_pieces(w)))
-    else:
-        units = words
+    units = list(words)
     if slot_ids == "typed":
         units += [f"##{r}" for r in ranks]
     vocab = {w: i for i, w in enumerate(list(COMPACT_SPECIALS) + units)}
-    if pieces or slot_ids == "typed":
+    if slot_ids == "typed":
         tok = Tokenizer(models.WordPiece(vocab, unk_token=UNK, continuing_subword_prefix="##",
                                          max_input_chars_per_word=200))
         tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)
