@@ -297,11 +297,10 @@ class RODSSource:
         live_sig = Counter(e.signature for e in self.pool.entries.values() if not e.is_seed and e.status != "archived")
         live_root = Counter(e.root for e in self.pool.entries.values() if not e.is_seed and e.status != "archived")
         parents = [e for e in self.pool.with_status("active")
-                   if e.task.id in self.detector.stats and self.detector.region(e.task.id) == "boundary"
-                   and e.generation < cfg.max_generation
+                   if self._may_parent(e) and e.generation < cfg.max_generation
                    and live_root[e.root] < cfg.lineage_cap and live_sig[e.signature] < cfg.signature_cap]
         rng = np.random.default_rng([self.rng_seed, int(step), SYNTH_STREAM])
-        picks = weighted_pick(rng, [self.detector.score(e.task.id) for e in parents], cfg.parents_per_round)
+        picks = weighted_pick(rng, self._parent_weights(parents), cfg.parents_per_round)
         out["round"] = 1.0
         before = self._resampler_stats()
         t0 = time.perf_counter()
@@ -338,6 +337,14 @@ class RODSSource:
             self._totals[f"synth_{k}"] += out[k]
         self._totals["synth_rounds"] += 1
         return out
+
+    def _may_parent(self, e: PoolEntry) -> bool:
+        """Whether an active task may be a synthesis parent: observed and on the boundary."""
+        return e.task.id in self.detector.stats and self.detector.region(e.task.id) == "boundary"
+
+    def _parent_weights(self, parents: Sequence[PoolEntry]) -> list[float]:
+        """Parents are drawn in proportion to these weights: their EMA of u."""
+        return [self.detector.score(e.task.id) for e in parents]
 
     def _resampler_stats(self) -> dict[str, float]:
         stats = getattr(self.resampler, "stats", None)  # e.g. variants per fallback tier, rejections
@@ -457,3 +464,17 @@ class NaiveRODSSource(RODSSource):
     """Ablation "naive": RODS whose resampler ignores structure (pass a ``NaiveResampler``)."""
 
     name = "naive"
+
+
+class RandomParentRODSSource(RODSSource):
+    """Ablation "rods_random": RODS whose synthesis parents are drawn uniformly from every observed
+    active task, whatever its region, instead of from the variance boundary in proportion to u.
+    Replay priorities, admission and retirement are RODS's own."""
+
+    name = "rods_random"
+
+    def _may_parent(self, e: PoolEntry) -> bool:
+        return e.task.id in self.detector.stats
+
+    def _parent_weights(self, parents: Sequence[PoolEntry]) -> list[float]:
+        return [1.0] * len(parents)
