@@ -8,6 +8,12 @@ argument of :class:`rods_gym.env.ToolChainEnv` can still be passed to ``gym.make
 The environment-augmentation baseline (:mod:`rods_gym.augment`) is registered as
 ``rods/ToolChain-Aug-v0`` (chat, medium) and ``rods/ToolChain-Aug-{Chat,Compact,Structured}-v0``;
 pass ``augment=AugmentConfig(...)`` (or a dict of its fields) to ``gym.make`` to set intensities.
+
+The ``features`` view (:mod:`rods_gym.renderers.features`: a ``Box`` of task-independent features of
+candidate actions, a ``Discrete`` choice among them, ``action_masks()``; for PPO that transfers to unseen
+tasks) has its own env class, :class:`rods_gym.features_env.FeaturesEnv`, registered as
+``rods/ToolChain-Features-v0`` (medium), ``rods/ToolChain-{Easy,Medium,Hard}-Features-v0`` and
+``rods/ToolChain-Aug-Features-v0``; the structured ids are unchanged.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ import gymnasium as gym
 
 ENTRY_POINT = "rods_gym.env:ToolChainEnv"
 AUG_ENTRY_POINT = "rods_gym.augment:make_augmented_env"
+FEATURES_ENTRY_POINT = "rods_gym.features_env:FeaturesEnv"
+AUG_FEATURES_ENTRY_POINT = "rods_gym.features_env:make_augmented_features_env"
 DIFFICULTY_NAMES = {"Easy": "easy", "Medium": "medium", "Hard": "hard"}
 MODE_NAMES = {"Chat": "chat", "Compact": "compact", "Structured": "structured"}
 
@@ -42,4 +50,11 @@ def register_envs() -> list[str]:
     for mname, mode in MODE_NAMES.items():
         ids.append(f"rods/ToolChain-Aug-{mname}-v0")
         _register(ids[-1], AUG_ENTRY_POINT, mode=mode, difficulty="medium")
+    ids.append("rods/ToolChain-Features-v0")
+    _register(ids[-1], FEATURES_ENTRY_POINT, difficulty="medium")
+    for dname, difficulty in DIFFICULTY_NAMES.items():
+        ids.append(f"rods/ToolChain-{dname}-Features-v0")
+        _register(ids[-1], FEATURES_ENTRY_POINT, difficulty=difficulty)
+    ids.append("rods/ToolChain-Aug-Features-v0")
+    _register(ids[-1], AUG_FEATURES_ENTRY_POINT, difficulty="medium")
     return ids

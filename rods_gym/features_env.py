@@ -1,0 +1,35 @@
+"""``FeaturesEnv``: :class:`~rods_gym.env.ToolChainEnv` in the ``features`` view (candidate actions
+described by task-independent features, :mod:`rods_gym.renderers.features`), with ``action_masks()``
+for sb3-contrib's MaskablePPO. Registered as ``rods/ToolChain-Features-v0`` (medium),
+``rods/ToolChain-{Easy,Medium,Hard}-Features-v0`` and ``rods/ToolChain-Aug-Features-v0``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .env import ToolChainEnv
+
+
+class FeaturesEnv(ToolChainEnv):
+    """A :class:`ToolChainEnv` whose view is ``features``; every other constructor argument is the same
+    (``mode`` may be given, but only as ``"features"``)."""
+
+    def __init__(self, mode: str = "features", **kwargs: Any) -> None:
+        if mode != "features":
+            raise ValueError(f"FeaturesEnv is the features view; got mode={mode!r} (use ToolChainEnv for the others)")
+        super().__init__(mode="features", **kwargs)
+
+    def action_masks(self) -> np.ndarray:
+        """Which of the ``Discrete`` candidates exist now (MaskablePPO's mask)."""
+        if self.episode is None:
+            raise RuntimeError("call reset() before action_masks()")
+        return self.renderer.action_masks(self.episode)  # type: ignore[attr-defined]
+
+
+def make_augmented_features_env(augment: Any = None, **env_kwargs: Any) -> Any:
+    """The environment-augmentation baseline (:func:`rods_gym.augment.make_augmented_env`) in the features view."""
+    from .augment import AugmentConfig, AugmentWrapper
+
+    return AugmentWrapper(FeaturesEnv(**env_kwargs), augment if augment is not None else AugmentConfig())

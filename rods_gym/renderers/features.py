@@ -1,0 +1,394 @@
+"""The ``features`` view: a compact, task-independent encoding for PPO that transfers to unseen tasks.
+
+The ``structured`` view names tools by one-hot index and values by slot position, so a policy
+learns which index to pick in each training task and carries little of it to a new one. Here the
+agent chooses among *candidate actions* (a pointer-style choice), and every candidate is described
+only by what it does relative to the conversation, never by a tool's or a value's identity:
+
+* candidates (``Discrete(N_CANDIDATES)``, the ``action_masks()`` row marks the ones that exist):
+  position 0 asks the user, 1 replies with no value (next turn / done), ``2 .. 2 + N_REPLY_VALUES``
+  reply with a value the tools returned (the likeliest answer first), the rest are tool calls: for
+  every available tool, type-consistent bindings of its parameters to the episode's values (the
+  best-scored binding first, then bindings that change one parameter), those of the pending (todo)
+  tools first. A candidate call passes the tool's argument checker and names an available, unlocked
+  tool, so the env never rejects it for its form; only the world can (``execution_error``: an
+  insufficient balance, an ambiguous search), as with a real API.
+* observation (``Box``, float32, ``GLOBAL + N_CANDIDATES * CANDIDATE`` values in [0, 1]): the
+  episode's flags (answer wanted, a fact withheld, a tool locked, last action ok), progress, turn,
+  number of todo calls, the last error class; then per candidate its kind, whether its tool is a
+  todo tool / was called / this exact call was made already, how many of its arguments are the
+  ones the task's plan names for them (a fact the user stated for that tool's parameter, or the
+  output field of the tool the plan says it comes from: the same plan the ``compact`` view writes in
+  its user line, ``cancel_order order_id from search_orders order_id``), whether its argument keys
+  are those of a todo call, where its values came from (the user, a tool output, a call that made
+  progress, an output field named as the parameter, the first record of a search) and, for a reply,
+  whether its value is the output field the answer asks for.
+
+The same task shows the same features in every episode; two tasks with different tools but the same
+structure show the same features. Construct it with ``gym.make("rods/ToolChain-Features-v0")`` (or
+``rods/ToolChain-{Easy,Medium,Hard}-Features-v0``, any :class:`~rods_gym.env.ToolChainEnv` kwarg
+passes through), or :class:`rods_gym.features_env.FeaturesEnv`; use it with sb3-contrib's
+``MaskablePPO("MlpPolicy", ...)`` through ``ActionMasker`` or ``env.action_masks()``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+import numpy as np
+
+from ..episode import ERROR_CLASSES, Action, Ask, Invalid, Reply, ToolCall
+from ..task import format_value
+from .base import Renderer, SlotTable, value_key
+
+if TYPE_CHECKING:
+    from ..episode import Episode, StepOutcome
+    from ..suite import Suite
+
+N_SLOTS = 48
+N_CANDIDATES = 32
+N_REPLY_VALUES = 3
+PER_TOOL = 3  # bindings per tool: the best-scored one, then one-parameter changes
+FIRST_CALL = 2 + N_REPLY_VALUES
+GLOBAL = 12 + len(ERROR_CLASSES)
+CANDIDATE = 20
+PLAN_CACHE = 4096
+CHECK_CACHE = 1 << 16
+
+ASK, REPLY, REPLY_VALUE, CALL = 1, 2, 3, 4  # candidate kinds (feature columns 1..4)
+
+
+class _Slot:
+    """What the features say about one value: where it came from and how it was seen."""
+
+    __slots__ = ("key", "user", "tool", "field", "first", "progress", "clock")
+
+    def __init__(self, key: str) -> None:
+        self.key = key  # value_key of the value
+        self.user = False
+        self.tool: str | None = None  # the tool whose output held it (the latest)
+        self.field: str | None = None
+        self.first = False  # a single result, or the first record of a search
+        self.progress = False  # a call that satisfied a requirement returned it
+        self.clock = 0
+
+
+def _score(option: tuple[Any, ...]) -> Any:
+    return option[0]
+
+
+class FeaturesRenderer(Renderer):
+    def __init__(self, suite: "Suite") -> None:
+        super().__init__(suite)
+        self._keep_types = frozenset(t for t, vt in suite.types.items() if vt.linkable)
+        self.n_params = max(len(t.params) for t in suite.tools.values())
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (GLOBAL + N_CANDIDATES * CANDIDATE,), np.float32)
+        self.action_space = gym.spaces.Discrete(N_CANDIDATES)
+        self._err_index = {e: i for i, e in enumerate(ERROR_CLASSES)}
+        # per tool: (name, type, required) of its parameters
+        self._params = {t.name: tuple((p.name, p.type, p.required) for p in t.params) for t in suite.tools.values()}
+        self._checkers = suite.checkers
+        self.slots = SlotTable(N_SLOTS, self._keep_types)
+        self._meta: list[_Slot] = []
+        self._clock = 0
+        self._made: set[tuple[Any, ...]] = set()  # (tool, (param, value key)...) of the calls executed
+        self._called: set[str] = set()
+        self._done = 0
+        self._cands: list[Action] = []
+        self._last_call: ToolCall | None = None
+        self._plans: dict[tuple[Any, ...], Any] = {}  # task state -> _plan()
+        self._checked: dict[tuple[Any, ...], bool] = {}  # (tool, value keys) -> the checker accepts
+        self._log: list[str] = []
+
+    # -- value slots -------------------------------------------------------------------
+    def _slot(self, value: Any, vtype: str, user: bool) -> _Slot | None:
+        """The slot of ``value`` (added when new: a new value, or one in an evicted slot, gets fresh facts)."""
+        key = value_key(value)
+        known = key in self.slots.index
+        k = self.slots.add(value, vtype, "user" if user else "tool")
+        if k is None:
+            return None
+        if not known:
+            if k == len(self._meta):
+                self._meta.append(_Slot(key))
+            else:
+                self._meta[k] = _Slot(key)
+        self._clock += 1
+        m = self._meta[k]
+        m.clock = self._clock
+        return m
+
+    def _user_fact(self, value: Any, vtype: str) -> None:
+        m = self._slot(value, vtype, True)
+        if m is not None:
+            m.user = True
+
+    def _tool_value(self, value: Any, vtype: str, tool: str, field: str, first: bool, progress: bool) -> None:
+        m = self._slot(value, vtype, False)
+        if m is not None:
+            m.tool, m.field = tool, field
+            m.first = m.first or first
+            m.progress = m.progress or progress
+
+    # -- episode -----------------------------------------------------------------------
+    def reset(self, episode: "Episode") -> np.ndarray:
+        self.slots = SlotTable(N_SLOTS, self._keep_types)
+        self._meta, self._clock, self._last_call = [], 0, None
+        self._made, self._called, self._done = set(), set(), 0
+        self._add_turn_facts(episode, 0)
+        self._log = [f"user: {episode.user_message(0)}"]
+        return self._obs(episode)
+
+    def _add_turn_facts(self, episode: "Episode", turn: int) -> None:
+        task, tools = episode.task, self.suite.tools
+        withheld = set(task.turns[turn].withheld)
+        for cid, p, v in task.facts(turn):
+            if (cid, p) not in withheld:
+                self._user_fact(v, tools[task.call(cid).tool].param(p).type)
+
+    def observe(self, episode: "Episode", outcome: "StepOutcome") -> np.ndarray:
+        done = len(episode.satisfied) + episode.answered
+        progress, self._done = done > self._done, done
+        for ev in outcome.events:
+            kind = ev["kind"]
+            if kind == "result":
+                name, content = ev["tool"], ev["content"]
+                self._called.add(name)
+                types = self.field_types(name)
+                self.slots.new_batch()
+                call = self._last_call
+                if call is not None and call.name == name:
+                    args = call.arguments
+                    self._made.add((name,) + tuple((p, value_key(args[p])) for p, _, _ in self._params[name] if p in args))
+                if "results" in content:
+                    for i, rec in enumerate(content["results"]):
+                        for f, v in rec.items():
+                            self._tool_value(v, types.get(f) or self.field_type(name, f), name, f, i == 0, progress)
+                    if "total" in content:
+                        self._tool_value(content["total"], types.get("total") or self.field_type(name, "total"),
+                                         name, "total", True, progress)
+                else:
+                    for f, v in content.items():
+                        self._tool_value(v, types.get(f) or self.field_type(name, f), name, f, True, progress)
+                self._log.append(f"{name} -> {content}")
+            elif kind == "user":
+                task = episode.task
+                for p, v in ev["facts"]:
+                    vtype = next((self.suite.tools[c.tool].param(p).type for c in task.calls if p in c.args), "text")
+                    self._user_fact(v, vtype)
+                if "turn" in ev:
+                    self._add_turn_facts(episode, ev["turn"])
+                self._log.append(f"user: {ev['text']}")
+            else:
+                self._log.append(f"error [{ev['error']}]: {ev['message']}")
+        return self._obs(episode)
+
+    # -- the plan of the todo calls ----------------------------------------------------
+    def _plan(self, episode: "Episode") -> tuple[dict[str, set[tuple[str, str]]],
+                                                 dict[tuple[str, str], set[tuple[str, str]]],
+                                                 dict[str, tuple[frozenset[str], ...]]]:
+        """For the todo calls: value key -> the (tool, param)s the user stated it for; (source tool,
+        field) -> the (tool, param)s it feeds; tool -> the argument key sets of its todo calls. Kept per
+        task state (the todo calls are a function of the turn and the satisfied calls)."""
+        c = episode.c
+        state = (c, episode.turn, tuple(episode.satisfied))
+        hit = self._plans.get(state)
+        if hit is not None:
+            return hit
+        facts: dict[str, set[tuple[str, str]]] = {}
+        deps: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        keys: dict[str, tuple[frozenset[str], ...]] = {}
+        for cid in episode.todo():
+            tool = c.call_tool[cid]
+            keys[tool] = keys.get(tool, ()) + (c.keys[cid],)
+            for p, v in c.facts[cid].items():
+                facts.setdefault(value_key(v), set()).add((tool, p))
+            for p, src, f in c.bound[cid]:
+                deps.setdefault((c.call_tool[src], f), set()).add((tool, p))
+        if len(self._plans) >= PLAN_CACHE:
+            self._plans.clear()
+        out = self._plans[state] = (facts, deps, keys)
+        return out
+
+    # -- observation -------------------------------------------------------------------
+    def _obs(self, episode: "Episode") -> np.ndarray:
+        obs = np.zeros(self.observation_space.shape, np.float32)
+        task = episode.task
+        last_turn = episode.turn == len(task.turns) - 1
+        wants_answer = task.answer is not None and last_turn and not episode.answered
+        todo = episode.todo()
+        obs[0] = wants_answer
+        obs[1] = bool(episode.pending)
+        obs[2] = bool(episode.locked)
+        obs[3] = episode.last_error == "none"
+        obs[4] = episode.progress
+        obs[5] = last_turn
+        obs[6] = episode.turn / max(1, len(task.turns) - 1)
+        obs[7] = min(len(todo), 8) / 8
+        obs[8] = not todo
+        obs[9] = episode.steps / episode.max_steps
+        obs[10] = len(self.slots) / N_SLOTS
+        obs[12 + self._err_index[episode.last_error]] = 1.0
+        cands: list[Action] = [Ask("?"), Reply("done")]
+        feats = obs[GLOBAL:].reshape(N_CANDIDATES, CANDIDATE)
+        feats[0, 0] = feats[0, ASK] = 1.0
+        feats[1, 0] = feats[1, REPLY] = 1.0
+        self._reply_values(episode, wants_answer, cands, feats)
+        self._calls(episode, cands, feats)
+        obs[11] = len(cands) / N_CANDIDATES
+        self._cands = cands
+        return obs
+
+    def _reply_values(self, episode: "Episode", wants_answer: bool, cands: list[Action], feats: np.ndarray) -> None:
+        while len(cands) < FIRST_CALL:
+            cands.append(Invalid("invalid_arguments", "no value to reply with at this candidate"))
+        if not wants_answer:
+            return
+        answer = episode.task.answer
+        assert answer is not None
+        src = (episode.c.call_tool[answer.call], answer.field)
+        scored = []
+        for k, m in enumerate(self._meta):
+            if m.tool is not None:
+                scored.append(((m.tool, m.field) == src, m.field == answer.field, m.first, m.clock, k))
+        scored.sort(reverse=True)
+        for i, (exact, same_field, first, clock, k) in enumerate(scored[:N_REPLY_VALUES]):
+            m, row = self._meta[k], feats[2 + i]
+            cands[2 + i] = Reply(format_value(self.slots.values[k]))
+            row[0] = row[REPLY_VALUE] = 1.0
+            row[17], row[18], row[19] = exact, same_field, first
+            row[13] = 1.0
+            row[14] = m.progress
+            row[16] = clock / max(1, self._clock)
+
+    def _calls(self, episode: "Episode", cands: list[Action], feats: np.ndarray) -> None:
+        facts, deps, keys = self._plan(episode)
+        meta, values, types = self._meta, self.slots.values, self.slots.types
+        matched: set[tuple[int, str, str]] = set()  # (slot, tool, param) the plan names
+        by_type: dict[str, list[int]] = {}
+        for k, m in enumerate(meta):
+            by_type.setdefault(types[k], []).append(k)
+            if m.user:
+                for tp in facts.get(m.key, ()):
+                    matched.add((k,) + tp)
+            if m.tool is not None:
+                for tp in deps.get((m.tool, m.field), ()):
+                    matched.add((k,) + tp)
+        clock = max(1, self._clock)
+        checked, found = self._checked, []
+        for tool in episode.available_tools():
+            params = self._params[tool]
+            todo_keys = keys.get(tool, ())
+            planned = frozenset().union(*todo_keys)
+            options: list[list[tuple[float, int | None]]] = []
+            for name, vtype, required in params:
+                opts = [(2.0 * ((k, tool, name) in matched) + meta[k].clock / clock, k) for k in by_type.get(vtype, ())]
+                if not required:
+                    opts.append((0.0 if name in planned else 1.5, None))
+                if not opts:
+                    break
+                opts.sort(key=_score, reverse=True)
+                options.append(opts)
+            else:
+                for choice in self._bindings(options):
+                    check_key = (tool,) + tuple(None if k is None else meta[k].key for k in choice)
+                    ok = checked.get(check_key)
+                    args = {params[i][0]: values[k] for i, k in enumerate(choice) if k is not None}
+                    if ok is None:
+                        if len(checked) >= CHECK_CACHE:
+                            checked.clear()
+                        ok = checked[check_key] = self._checkers[tool].check(args) is None
+                    if ok:
+                        key, row = self._call_features(tool, params, choice, args, todo_keys, matched)
+                        found.append((key, ToolCall(tool, args), row))
+        found.sort(key=_score, reverse=True)
+        for key, action, row in found[: N_CANDIDATES - FIRST_CALL]:
+            feats[len(cands)] = row
+            cands.append(action)
+
+    @staticmethod
+    def _bindings(options: list[list[tuple[float, int | None]]]) -> list[tuple[int | None, ...]]:
+        """The best-scored binding, then those that take one parameter's next option, up to ``PER_TOOL``."""
+        best = tuple(o[0][1] for o in options)
+        out = [best]
+        for i, opts in enumerate(options):
+            if len(out) >= PER_TOOL:
+                break
+            if len(opts) > 1:
+                out.append(best[:i] + (opts[1][1],) + best[i + 1:])
+        return out
+
+    def _call_features(self, tool: str, params: tuple[tuple[str, str, bool], ...], choice: tuple[int | None, ...],
+                       args: dict[str, Any], todo_keys: tuple[frozenset[str], ...],
+                       matched: set[tuple[int, str, str]]) -> tuple[tuple[Any, ...], list[float]]:
+        meta = self._meta
+        n_bound = n_matched = n_user = n_tool = n_progress = n_field = n_first = 0
+        clock = 0
+        for i, k in enumerate(choice):
+            if k is None:
+                continue
+            m, p = meta[k], params[i][0]
+            n_bound += 1
+            n_matched += (k, tool, p) in matched
+            n_user += m.user
+            if m.tool is not None:
+                n_tool += 1
+                n_progress += m.progress
+                n_field += m.field == p
+                n_first += m.first
+            clock += m.clock
+        nb = max(1, n_bound)
+        made = (tool,) + tuple((params[i][0], meta[k].key) for i, k in enumerate(choice) if k is not None) in self._made
+        keys_ok = frozenset(args) in todo_keys
+        all_matched = n_matched == n_bound
+        recency = clock / nb / max(1, self._clock)
+        row = [1.0, 0.0, 0.0, 0.0, 1.0, bool(todo_keys), tool in self._called, made, len(params) / self.n_params,
+               n_matched / nb, all_matched, keys_ok, n_user / nb, n_tool / nb, n_progress / nb, n_field / nb,
+               recency, 0.0, 0.0, n_first / nb]
+        return (bool(todo_keys), all_matched and keys_ok, n_matched / nb, not made, recency), row
+
+    # -- actions -----------------------------------------------------------------------
+    def decode(self, action: Any) -> Action:
+        try:
+            a = int(action) if np.ndim(action) == 0 and float(action) == int(action) else None
+        except (TypeError, ValueError, OverflowError):
+            a = None
+        if a is None or isinstance(action, bool) or not 0 <= a < N_CANDIDATES:
+            return Invalid("malformed", f"expected a candidate index in [0, {N_CANDIDATES}), got {str(action)[:80]}")
+        if a >= len(self._cands):
+            return Invalid("invalid_arguments", f"candidate {a} does not exist (there are {len(self._cands)})")
+        chosen = self._cands[a]
+        self._last_call = chosen if isinstance(chosen, ToolCall) else None
+        return chosen
+
+    def action_masks(self, episode: "Episode") -> np.ndarray:
+        mask = np.zeros(N_CANDIDATES, bool)
+        for i, c in enumerate(self._cands):
+            mask[i] = not isinstance(c, Invalid)
+        return mask
+
+    def encode(self, action: Action, episode: "Episode") -> int:
+        if isinstance(action, Ask):
+            return 0
+        if isinstance(action, Reply):
+            answer = episode.task.answer
+            if answer is not None and episode.turn == len(episode.task.turns) - 1 and not episode.answered:
+                k = self.slots.find_answer(answer.value)
+                text = None if k is None else format_value(self.slots.values[k])
+                for i in range(2, FIRST_CALL):
+                    c = self._cands[i]
+                    if isinstance(c, Reply) and c.text == text:
+                        return i
+            return 1
+        if isinstance(action, ToolCall):
+            want = (action.name, {p: value_key(v) for p, v in action.arguments.items()})
+            for i, c in enumerate(self._cands):
+                if isinstance(c, ToolCall) and c.name == want[0] and \
+                        {p: value_key(v) for p, v in c.arguments.items()} == want[1]:
+                    return i
+            raise ValueError(f"call {action.name}({action.arguments}) is not among this step's candidates")
+        raise ValueError(f"cannot encode {action!r}")
+
+    def text(self) -> str:
+        return "\n".join(self._log)
