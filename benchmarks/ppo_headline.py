@@ -63,7 +63,9 @@ from _script import run_script  # noqa: E402
 ARMS = ("fixed", "rods", "augment", "offline", "procedural", "replay_only", "naive", "rods_random")
 RODS_FAMILY = ("rods", "replay_only", "naive", "rods_random")
 SPLITS = ("test", "ood")
-DEFAULT_ENV_ID = "rods/ToolChain-Easy-Structured-v0"  # the structured view of examples/sb3_rods.py
+# the features view (issue 40a: rods_gym.renderers.features; Box observation, Discrete candidate actions);
+# ``--env-id rods/ToolChain-Easy-Structured-v0`` is the structured view of examples/sb3_rods.py
+DEFAULT_ENV_ID = "rods/ToolChain-Easy-Features-v0"
 BOOT = {"samples": 2000, "seed": 0}
 EVAL_ENVS = 64  # envs stepped in lockstep by the greedy evaluation (one batched predict per step)
 TELEMETRY_KEYS = ("kappa", "variance_ratio", "boundary_fraction", "pool/active_seeds", "pool/active_synthetic",
@@ -118,9 +120,9 @@ SCALES: dict[str, Scale] = {
     "smoke": Scale("smoke", seeds=(0,), budget=2048, n_points=2, eval_tasks={"test": 12, "ood": 6}, offline_n=48,
                    tasks_per_batch=4, group_size=4, ppo=PPOSettings(n_envs=4, n_steps=128, batch_size=256),
                    rods={"calibration_groups": 8, "synth_every": 2, "parents_per_round": 4}),
-    "cpu": Scale("cpu", seeds=(0, 1, 2, 3, 4), budget=32_768, n_points=5, eval_tasks={"test": 0, "ood": 0},
+    "cpu": Scale("cpu", seeds=(0, 1, 2, 3, 4), budget=24_576, n_points=5, eval_tasks={"test": 0, "ood": 0},
                  offline_n=17_000),
-    "gpu": Scale("gpu", seeds=tuple(range(10)), budget=163_840, n_points=8, eval_tasks={"test": 0, "ood": 0},
+    "gpu": Scale("gpu", seeds=tuple(range(10)), budget=98_304, n_points=8, eval_tasks={"test": 0, "ood": 0},
                  offline_n=17_000),
 }
 
@@ -243,8 +245,14 @@ def train_env_id(arm: str, env_id: str) -> str:
     """The env the arm trains in: the augmented twin for "augment", else ``env_id``."""
     if arm != "augment":
         return env_id
+    import gymnasium as gym
+
     from rods_gym.trainer.curricula import augmented_env_id
 
+    view = env_id.rsplit("-", 2)[-2] if env_id.count("-") >= 2 else ""
+    twin = f"rods/ToolChain-Aug-{view}-v0"  # the same view's augmented id (e.g. Aug-Features for *-Features-v0)
+    if view and twin in gym.registry:
+        return twin
     return augmented_env_id(env_id)
 
 
@@ -289,7 +297,7 @@ def greedy_evaluate(predict: Predict, envs: Sequence[Any], tasks: Sequence[Any],
         start(e)
     while running:
         live = sorted(running)
-        batch = {k: np.stack([running[e][1][k] for e in live]) for k in running[live[0]][1]}
+        batch = stack_obs([running[e][1] for e in live])
         masks = np.stack([envs[e].unwrapped.action_masks() for e in live])
         actions, _ = predict(batch, action_masks=masks, deterministic=True)
         for j, e in enumerate(live):
@@ -304,12 +312,25 @@ def greedy_evaluate(predict: Predict, envs: Sequence[Any], tasks: Sequence[Any],
     return {"ids": [t.id for t in tasks], "success": success, "progress": progress}
 
 
+def stack_obs(obs: Sequence[Any]) -> Any:
+    """A batch of observations: stacked per key for ``Dict`` spaces, stacked arrays otherwise."""
+    if isinstance(obs[0], Mapping):
+        return {k: np.stack([o[k] for o in obs]) for k in obs[0]}
+    return np.stack(obs)
+
+
+def action_dims(space: Any) -> list[int]:
+    """The sizes of an action space's dimensions: ``MultiDiscrete``'s nvec, or ``[n]`` for ``Discrete``."""
+    return [int(n) for n in space.nvec] if hasattr(space, "nvec") else [int(space.n)]
+
+
 def random_masked_predict(seed: int, nvec: Sequence[int]) -> Predict:
     """A random agent that takes only valid actions (uniform per action dimension), as a ``predict``."""
     rng = np.random.default_rng(seed)
 
     def predict(obs: Mapping[str, np.ndarray], action_masks: np.ndarray, deterministic: bool = True) -> Any:
-        return np.array([_random_action(m, nvec, rng) for m in action_masks]), None
+        acts = np.array([_random_action(m, nvec, rng) for m in action_masks])
+        return (acts if len(nvec) > 1 else acts[:, 0]), None
 
     return predict
 
@@ -368,7 +389,8 @@ def run_job(job: Job) -> dict[str, Any]:
     monitors = [Monitor(CurriculumEnv(gym.make(env_id, **job.env_kwargs), schedule)) for _ in range(ppo.n_envs)]
     vec = DummyVecEnv([lambda m=m: m for m in monitors])
     vec.seed(job.seed)
-    model = MaskablePPO("MultiInputPolicy", vec, n_steps=ppo.n_steps, batch_size=ppo.batch_size,
+    policy = "MultiInputPolicy" if isinstance(vec.observation_space, gym.spaces.Dict) else "MlpPolicy"
+    model = MaskablePPO(policy, vec, n_steps=ppo.n_steps, batch_size=ppo.batch_size,
                         n_epochs=ppo.n_epochs, learning_rate=ppo.learning_rate, gamma=ppo.gamma,
                         ent_coef=ppo.ent_coef, policy_kwargs={"net_arch": list(ppo.net_arch)}, seed=job.seed,
                         device="cpu")
@@ -424,7 +446,7 @@ def random_baseline(scale: Scale, env_id: str, env_kwargs: Mapping[str, Any], se
     out: dict[str, Any] = {"tasks": {s: [t.id for t in ts] for s, ts in sets.items()}, "eval": {}}
     for s, ts in sets.items():
         envs = [gym.make(env_id, **env_kwargs) for _ in range(min(EVAL_ENVS, len(ts)))]
-        nvec = [int(n) for n in envs[0].action_space.nvec]
+        nvec = action_dims(envs[0].action_space)
         out["eval"][s] = [greedy_evaluate(random_masked_predict(k, nvec), envs, ts) for k in seeds]
     return out
 

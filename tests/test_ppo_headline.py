@@ -82,7 +82,7 @@ def test_greedy_evaluate_batches_with_deterministic_actions(ph) -> None:
     tasks = load_split("test")[:5]
     envs = [gym.make(ph.DEFAULT_ENV_ID) for _ in range(2)]  # fewer envs than tasks: they take turns
     calls: list[tuple[int, bool]] = []
-    nvec = [int(n) for n in envs[0].action_space.nvec]
+    nvec = ph.action_dims(envs[0].action_space)
     rnd = ph.random_masked_predict(0, nvec)
 
     def spy(obs, action_masks, deterministic):
