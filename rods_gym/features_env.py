@@ -14,12 +14,16 @@ from .env import ToolChainEnv
 
 class FeaturesEnv(ToolChainEnv):
     """A :class:`ToolChainEnv` whose view is ``features``; every other constructor argument is the same
-    (``mode`` may be given, but only as ``"features"``)."""
+    (``mode`` may be given, but only as ``"features"``). ``candidate_order``: ``ranked`` or ``shuffled``
+    (:class:`~rods_gym.renderers.features.FeaturesRenderer`)."""
 
-    def __init__(self, mode: str = "features", **kwargs: Any) -> None:
+    def __init__(self, mode: str = "features", candidate_order: str = "ranked", **kwargs: Any) -> None:
         if mode != "features":
             raise ValueError(f"FeaturesEnv is the features view; got mode={mode!r} (use ToolChainEnv for the others)")
+        from .renderers.features import FeaturesRenderer
+
         super().__init__(mode="features", **kwargs)
+        self.renderer = FeaturesRenderer(self.suite, candidate_order=candidate_order)
 
     def action_masks(self) -> np.ndarray:
         """Which of the ``Discrete`` candidates exist now (MaskablePPO's mask)."""

@@ -53,19 +53,22 @@ PER_TOOL = 3  # bindings per tool: the best-scored one, then one-parameter chang
 FIRST_CALL = 2 + N_REPLY_VALUES
 GLOBAL = 12 + len(ERROR_CLASSES)
 CANDIDATE = 20
+CANDIDATE_ORDERS = ("ranked", "shuffled")
 PLAN_CACHE = 4096
 CHECK_CACHE = 1 << 16
 
 ASK, REPLY, REPLY_VALUE, CALL = 1, 2, 3, 4  # candidate kinds (feature columns 1..4)
+EMPTY = Invalid("invalid_arguments", "no candidate action at this position")
 
 
 class _Slot:
     """What the features say about one value: where it came from and how it was seen."""
 
-    __slots__ = ("key", "user", "tool", "field", "first", "progress", "clock")
+    __slots__ = ("key", "vtype", "user", "tool", "field", "first", "progress", "clock")
 
     def __init__(self, key: str) -> None:
         self.key = key  # value_key of the value
+        self.vtype = ""
         self.user = False
         self.tool: str | None = None  # the tool whose output held it (the latest)
         self.field: str | None = None
@@ -79,8 +82,18 @@ def _score(option: tuple[Any, ...]) -> Any:
 
 
 class FeaturesRenderer(Renderer):
-    def __init__(self, suite: "Suite") -> None:
+    """``candidate_order``: ``ranked`` (ask, reply, reply values, then the calls, todo tools and plan-matched
+    bindings first) or ``shuffled`` (the same candidates at positions permuted by a generator seeded with the
+    task, as the compact view's shuffled ids: every episode of a task shows the same order, and a position
+    says nothing about a candidate, so a policy has to read its features)."""
+
+    def __init__(self, suite: "Suite", candidate_order: str = "ranked") -> None:
         super().__init__(suite)
+        if candidate_order not in CANDIDATE_ORDERS:
+            raise ValueError(f"candidate_order must be one of {CANDIDATE_ORDERS}, got {candidate_order!r}")
+        self.candidate_order = candidate_order
+        self._perm: np.ndarray | None = None
+        self._perms: dict[tuple[str, int], np.ndarray] = {}  # (task id, world seed) -> its permutation
         self._keep_types = frozenset(t for t, vt in suite.types.items() if vt.linkable)
         self.n_params = max(len(t.params) for t in suite.tools.values())
         self.observation_space = gym.spaces.Box(0.0, 1.0, (GLOBAL + N_CANDIDATES * CANDIDATE,), np.float32)
@@ -112,8 +125,11 @@ class FeaturesRenderer(Renderer):
         if not known:
             if k == len(self._meta):
                 self._meta.append(_Slot(key))
-            else:
+            else:  # an evicted slot: its old value leaves the type index
+                self._by_type[self._meta[k].vtype].remove(k)
                 self._meta[k] = _Slot(key)
+            self._meta[k].vtype = vtype
+            self._by_type.setdefault(vtype, []).append(k)
         self._clock += 1
         m = self._meta[k]
         m.clock = self._clock
@@ -127,14 +143,28 @@ class FeaturesRenderer(Renderer):
     def _tool_value(self, value: Any, vtype: str, tool: str, field: str, first: bool, progress: bool) -> None:
         m = self._slot(value, vtype, False)
         if m is not None:
+            if m.tool != tool or m.field != field:
+                self._by_source.setdefault((tool, field), []).append(m)
             m.tool, m.field = tool, field
             m.first = m.first or first
             m.progress = m.progress or progress
 
     # -- episode -----------------------------------------------------------------------
     def reset(self, episode: "Episode") -> np.ndarray:
+        if self.candidate_order == "shuffled":
+            task = episode.task
+            perm = self._perms.get((task.id, task.world_seed))
+            if perm is None:
+                from ..env import task_generator  # (the env imports the renderers)
+
+                if len(self._perms) >= PLAN_CACHE:
+                    self._perms.clear()
+                perm = self._perms[(task.id, task.world_seed)] = task_generator(task).permutation(N_CANDIDATES)
+            self._perm = perm
         self.slots = SlotTable(N_SLOTS, self._keep_types)
         self._meta, self._clock, self._last_call = [], 0, None
+        self._by_type: dict[str, list[int]] = {}  # value type -> its slots
+        self._by_source: dict[tuple[str, str], list[_Slot]] = {}  # (tool, field) -> slots it filled (maybe since moved on)
         self._made, self._called, self._done = set(), set(), 0
         self._add_turn_facts(episode, 0)
         self._log = [f"user: {episode.user_message(0)}"]
@@ -159,8 +189,9 @@ class FeaturesRenderer(Renderer):
                 self.slots.new_batch()
                 call = self._last_call
                 if call is not None and call.name == name:
-                    args = call.arguments
-                    self._made.add((name,) + tuple((p, value_key(args[p])) for p, _, _ in self._params[name] if p in args))
+                    args = call.arguments  # the key _calls gives a binding: (tool, value key or None per parameter)
+                    self._made.add((name,) + tuple(value_key(args[p]) if p in args else None
+                                                   for p, _, _ in self._params[name]))
                 if "results" in content:
                     for i, rec in enumerate(content["results"]):
                         for f, v in rec.items():
@@ -187,9 +218,10 @@ class FeaturesRenderer(Renderer):
     # -- the plan of the todo calls ----------------------------------------------------
     def _plan(self, episode: "Episode") -> tuple[dict[str, set[tuple[str, str]]],
                                                  dict[tuple[str, str], set[tuple[str, str]]],
-                                                 dict[str, tuple[frozenset[str], ...]]]:
+                                                 dict[str, tuple[frozenset[str], ...]], dict[str, frozenset[str]]]:
         """For the todo calls: value key -> the (tool, param)s the user stated it for; (source tool,
-        field) -> the (tool, param)s it feeds; tool -> the argument key sets of its todo calls. Kept per
+        field) -> the (tool, param)s it feeds; tool -> the argument key sets of its todo calls, and their
+        union. Kept per
         task state (the todo calls are a function of the turn and the satisfied calls)."""
         c = episode.c
         state = (c, episode.turn, tuple(episode.satisfied))
@@ -208,7 +240,8 @@ class FeaturesRenderer(Renderer):
                 deps.setdefault((c.call_tool[src], f), set()).add((tool, p))
         if len(self._plans) >= PLAN_CACHE:
             self._plans.clear()
-        out = self._plans[state] = (facts, deps, keys)
+        planned = {tool: frozenset().union(*sets) for tool, sets in keys.items()}
+        out = self._plans[state] = (facts, deps, keys, planned)
         return out
 
     # -- observation -------------------------------------------------------------------
@@ -237,6 +270,15 @@ class FeaturesRenderer(Renderer):
         self._reply_values(episode, wants_answer, cands, feats)
         self._calls(episode, cands, feats)
         obs[11] = len(cands) / N_CANDIDATES
+        perm = self._perm
+        if perm is not None:  # candidate i goes to position perm[i]
+            rows = feats[: len(cands)].copy()
+            feats[:] = 0.0
+            feats[perm[: len(cands)]] = rows
+            placed = [EMPTY] * N_CANDIDATES
+            for i, c in enumerate(cands):
+                placed[perm[i]] = c
+            cands = placed
         self._cands = cands
         return obs
 
@@ -263,32 +305,42 @@ class FeaturesRenderer(Renderer):
             row[16] = clock / max(1, self._clock)
 
     def _calls(self, episode: "Episode", cands: list[Action], feats: np.ndarray) -> None:
-        facts, deps, keys = self._plan(episode)
-        meta, values, types = self._meta, self.slots.values, self.slots.types
-        matched: set[tuple[int, str, str]] = set()  # (slot, tool, param) the plan names
-        by_type: dict[str, list[int]] = {}
-        for k, m in enumerate(meta):
-            by_type.setdefault(types[k], []).append(k)
-            if m.user:
-                for tp in facts.get(m.key, ()):
-                    matched.add((k,) + tp)
-            if m.tool is not None:
-                for tp in deps.get((m.tool, m.field), ()):
-                    matched.add((k,) + tp)
-        clock = max(1, self._clock)
-        checked, found = self._checked, []
+        facts, deps, keys, planned_of = self._plan(episode)
+        meta, values, index = self._meta, self.slots.values, self.slots.index
+        matched: dict[tuple[str, str], set[int]] = {}  # (tool, param) -> the slots the plan names for it
+        for key, tps in facts.items():
+            k = index.get(key)
+            if k is not None and meta[k].user:
+                for tp in tps:
+                    matched.setdefault(tp, set()).add(k)
+        by_source = self._by_source
+        for (src, f), tps in deps.items():
+            for m in by_source.get((src, f), ()):
+                if m.tool == src and m.field == f:
+                    k = index.get(m.key)
+                    if k is not None and meta[k] is m:
+                        for tp in tps:
+                            matched.setdefault(tp, set()).add(k)
+        by_type = self._by_type
+        scale = 1.0 / max(1, self._clock)
+        recency = [m.clock * scale for m in meta]
+        checked, checkers, found = self._checked, self._checkers, []
+        nothing: frozenset[int] = frozenset()
         for tool in episode.available_tools():
             params = self._params[tool]
-            todo_keys = keys.get(tool, ())
-            planned = frozenset().union(*todo_keys)
+            planned = planned_of.get(tool, nothing)
             options: list[list[tuple[float, int | None]]] = []
+            marks = []
             for name, vtype, required in params:
-                opts = [(2.0 * ((k, tool, name) in matched) + meta[k].clock / clock, k) for k in by_type.get(vtype, ())]
+                mk = matched.get((tool, name), nothing)
+                marks.append(mk)
+                opts = [(2.0 * (k in mk) + recency[k], k) for k in by_type.get(vtype, ())]
                 if not required:
                     opts.append((0.0 if name in planned else 1.5, None))
                 if not opts:
                     break
-                opts.sort(key=_score, reverse=True)
+                if len(opts) > 1:
+                    opts.sort(key=_score, reverse=True)
                 options.append(opts)
             else:
                 for choice in self._bindings(options):
@@ -298,9 +350,10 @@ class FeaturesRenderer(Renderer):
                     if ok is None:
                         if len(checked) >= CHECK_CACHE:
                             checked.clear()
-                        ok = checked[check_key] = self._checkers[tool].check(args) is None
+                        ok = checked[check_key] = checkers[tool].check(args) is None
                     if ok:
-                        key, row = self._call_features(tool, params, choice, args, todo_keys, matched)
+                        key, row = self._call_features(tool, params, choice, args, keys.get(tool, ()), marks,
+                                                       check_key, recency)
                         found.append((key, ToolCall(tool, args), row))
         found.sort(key=_score, reverse=True)
         for key, action, row in found[: N_CANDIDATES - FIRST_CALL]:
@@ -320,33 +373,32 @@ class FeaturesRenderer(Renderer):
         return out
 
     def _call_features(self, tool: str, params: tuple[tuple[str, str, bool], ...], choice: tuple[int | None, ...],
-                       args: dict[str, Any], todo_keys: tuple[frozenset[str], ...],
-                       matched: set[tuple[int, str, str]]) -> tuple[tuple[Any, ...], list[float]]:
+                       args: dict[str, Any], todo_keys: tuple[frozenset[str], ...], marks: list[Any],
+                       check_key: tuple[Any, ...], recency: list[float]) -> tuple[tuple[Any, ...], list[float]]:
         meta = self._meta
         n_bound = n_matched = n_user = n_tool = n_progress = n_field = n_first = 0
-        clock = 0
+        clock = 0.0
         for i, k in enumerate(choice):
             if k is None:
                 continue
-            m, p = meta[k], params[i][0]
+            m = meta[k]
             n_bound += 1
-            n_matched += (k, tool, p) in matched
+            n_matched += k in marks[i]
             n_user += m.user
             if m.tool is not None:
                 n_tool += 1
                 n_progress += m.progress
-                n_field += m.field == p
+                n_field += m.field == params[i][0]
                 n_first += m.first
-            clock += m.clock
-        nb = max(1, n_bound)
-        made = (tool,) + tuple((params[i][0], meta[k].key) for i, k in enumerate(choice) if k is not None) in self._made
+            clock += recency[k]
+        nb = 1.0 / max(1, n_bound)
+        made = check_key in self._made
         keys_ok = frozenset(args) in todo_keys
         all_matched = n_matched == n_bound
-        recency = clock / nb / max(1, self._clock)
         row = [1.0, 0.0, 0.0, 0.0, 1.0, bool(todo_keys), tool in self._called, made, len(params) / self.n_params,
-               n_matched / nb, all_matched, keys_ok, n_user / nb, n_tool / nb, n_progress / nb, n_field / nb,
-               recency, 0.0, 0.0, n_first / nb]
-        return (bool(todo_keys), all_matched and keys_ok, n_matched / nb, not made, recency), row
+               n_matched * nb, all_matched, keys_ok, n_user * nb, n_tool * nb, n_progress * nb, n_field * nb,
+               clock * nb, 0.0, 0.0, n_first * nb]
+        return (bool(todo_keys), all_matched and keys_ok, n_matched * nb, not made, clock * nb), row
 
     # -- actions -----------------------------------------------------------------------
     def decode(self, action: Any) -> Action:
@@ -357,7 +409,7 @@ class FeaturesRenderer(Renderer):
         if a is None or isinstance(action, bool) or not 0 <= a < N_CANDIDATES:
             return Invalid("malformed", f"expected a candidate index in [0, {N_CANDIDATES}), got {str(action)[:80]}")
         if a >= len(self._cands):
-            return Invalid("invalid_arguments", f"candidate {a} does not exist (there are {len(self._cands)})")
+            return EMPTY
         chosen = self._cands[a]
         self._last_call = chosen if isinstance(chosen, ToolCall) else None
         return chosen
@@ -369,23 +421,25 @@ class FeaturesRenderer(Renderer):
         return mask
 
     def encode(self, action: Action, episode: "Episode") -> int:
+        """The position of the candidate that does what ``action`` does (a reply: with the answer's value
+        when the answer is due and among the candidates, else the reply without a value)."""
+        cands = self._cands
         if isinstance(action, Ask):
-            return 0
+            return next(i for i, c in enumerate(cands) if isinstance(c, Ask))
         if isinstance(action, Reply):
             answer = episode.task.answer
+            text = "done"
             if answer is not None and episode.turn == len(episode.task.turns) - 1 and not episode.answered:
                 k = self.slots.find_answer(answer.value)
-                text = None if k is None else format_value(self.slots.values[k])
-                for i in range(2, FIRST_CALL):
-                    c = self._cands[i]
-                    if isinstance(c, Reply) and c.text == text:
-                        return i
-            return 1
+                if k is not None and any(isinstance(c, Reply) and c.text == format_value(self.slots.values[k])
+                                         for c in cands):
+                    text = format_value(self.slots.values[k])
+            return next(i for i, c in enumerate(cands) if isinstance(c, Reply) and c.text == text)
         if isinstance(action, ToolCall):
-            want = (action.name, {p: value_key(v) for p, v in action.arguments.items()})
-            for i, c in enumerate(self._cands):
-                if isinstance(c, ToolCall) and c.name == want[0] and \
-                        {p: value_key(v) for p, v in c.arguments.items()} == want[1]:
+            want = {p: value_key(v) for p, v in action.arguments.items()}
+            for i, c in enumerate(cands):
+                if isinstance(c, ToolCall) and c.name == action.name and \
+                        {p: value_key(v) for p, v in c.arguments.items()} == want:
                     return i
             raise ValueError(f"call {action.name}({action.arguments}) is not among this step's candidates")
         raise ValueError(f"cannot encode {action!r}")

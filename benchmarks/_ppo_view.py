@@ -1,0 +1,146 @@
+"""What benchmarks/ppo_throughput.py and benchmarks/ppo_regime.py share: MaskablePPO on a rods view (the
+``structured`` Dict view or the ``features`` Box view), a procedural task stream, and batched greedy /
+random-masked evaluation on a list of tasks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import gymnasium as gym
+import numpy as np
+from sb3_contrib import MaskablePPO
+from sb3_contrib.common.wrappers import ActionMasker
+from stable_baselines3.common.logger import Logger
+from stable_baselines3.common.vec_env import DummyVecEnv
+
+from rods_gym import TaskSpec, ToolChainEnv
+from rods_gym.features_env import FeaturesEnv
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """MaskablePPO's settings (one rollout = n_envs * n_steps env steps)."""
+
+    n_envs: int = 8
+    n_steps: int = 256
+    batch_size: int = 512
+    n_epochs: int = 4
+    learning_rate: float = 3e-4
+    gamma: float = 0.99
+    ent_coef: float = 0.01
+    net_arch: tuple[int, ...] = (64, 64)
+
+
+def make_view_env(view: str, task_set: Any = None, **kwargs: Any) -> ToolChainEnv:
+    """The unwrapped env of ``view`` (``structured`` or ``features``)."""
+    if view == "features":
+        return FeaturesEnv(task_set=task_set, **kwargs)
+    if view == "structured":
+        return ToolChainEnv(mode="structured", task_set=task_set, **kwargs)
+    raise ValueError(f"view must be 'structured' or 'features', got {view!r}")
+
+
+class TaskStream(gym.Wrapper):
+    """Resets draw their task from ``next_task()`` (a procedural source: a fresh task every episode)."""
+
+    def __init__(self, env: gym.Env, next_task: Callable[[], TaskSpec]) -> None:
+        super().__init__(env)
+        self.next_task = next_task
+        self.tasks_seen = 0
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        self.tasks_seen += 1
+        return self.env.reset(seed=seed, options={"task": self.next_task()})
+
+    def action_masks(self) -> np.ndarray:
+        return self.env.unwrapped.action_masks()
+
+
+def procedural_stream(seed: int, view: str) -> Callable[[], TaskSpec]:
+    """Fresh tasks stratified like the train split (trainer.curricula.procedural.ProceduralSource)."""
+    from trainer.curricula.procedural import ProceduralSource
+
+    source = ProceduralSource(seed, view=view)
+    return lambda: source.next_batch(0, 1)[0]
+
+
+def masked(env: gym.Env) -> ActionMasker:
+    return ActionMasker(env, lambda e: e.unwrapped.action_masks())
+
+
+def make_model(view: str, env_fns: Sequence[Callable[[], gym.Env]], ppo: PPOConfig, seed: int) -> MaskablePPO:
+    vec = DummyVecEnv(list(env_fns))
+    policy = "MlpPolicy" if view == "features" else "MultiInputPolicy"
+    model = MaskablePPO(policy, vec, n_steps=ppo.n_steps, batch_size=ppo.batch_size, n_epochs=ppo.n_epochs,
+                        learning_rate=ppo.learning_rate, gamma=ppo.gamma, ent_coef=ppo.ent_coef,
+                        policy_kwargs={"net_arch": list(ppo.net_arch)}, seed=seed, device="cpu")
+    model.set_logger(Logger(folder=None, output_formats=[]))  # quiet, no SB3-* folder
+    return model
+
+
+class Evaluator:
+    """Success rate over a task list (each task once), ``n_envs`` envs of ``view`` stepped in lockstep
+    (built once: an env takes a while to build)."""
+
+    def __init__(self, view: str, n_envs: int = 32, **env_kwargs: Any) -> None:
+        self.view = view
+        self.envs = [make_view_env(view, **env_kwargs) for _ in range(n_envs)]
+
+    def __call__(self, tasks: Sequence[TaskSpec], act: Callable[[Any, np.ndarray], np.ndarray]) -> dict[str, float]:
+        """Task id -> success; ``act(obs batch, mask batch)`` gives one action per env."""
+        queue = list(reversed(tasks))
+        live: list[tuple[ToolChainEnv, Any]] = []
+        successes: dict[str, float] = {}
+        for env in self.envs:
+            if queue:
+                live.append((env, env.reset(options={"task": queue.pop()})[0]))
+        while live:
+            actions = act(_stack([o for _, o in live]), np.stack([env.action_masks() for env, _ in live]))
+            nxt = []
+            for (env, _), a in zip(live, actions):
+                o, _, terminated, truncated, info = env.step(a)
+                if terminated or truncated:
+                    successes[info["task_id"]] = float(info["success"])
+                    if queue:
+                        nxt.append((env, env.reset(options={"task": queue.pop()})[0]))
+                else:
+                    nxt.append((env, o))
+            live = nxt
+        return successes
+
+
+def _stack(obs: list[Any]) -> Any:
+    if isinstance(obs[0], dict):
+        return {k: np.stack([o[k] for o in obs]) for k in obs[0]}
+    return np.stack(obs)
+
+
+def greedy(model: MaskablePPO) -> Callable[[Any, np.ndarray], np.ndarray]:
+    def act(obs: Any, masks: np.ndarray) -> np.ndarray:
+        return model.predict(obs, action_masks=masks, deterministic=True)[0]
+
+    return act
+
+
+def random_masked(view: str, seed: int) -> Callable[[Any, np.ndarray], np.ndarray]:
+    """Uniform over the valid choices (per action dimension in the structured view)."""
+    rng = np.random.default_rng(seed)
+    nvec = None
+    if view == "structured":
+        nvec = [int(n) for n in make_view_env("structured").action_space.nvec]
+
+    def act(obs: Any, masks: np.ndarray) -> np.ndarray:
+        out = []
+        for m in masks:
+            if nvec is None:
+                out.append(int(rng.choice(np.flatnonzero(m))))
+            else:
+                a, start = [], 0
+                for n in nvec:
+                    a.append(int(rng.choice(np.flatnonzero(m[start:start + n]))))
+                    start += n
+                out.append(a)
+        return np.array(out)
+
+    return act

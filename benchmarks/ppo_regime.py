@@ -1,0 +1,167 @@
+"""Where PPO's held-out success comes from: MaskablePPO from scratch in the ``features`` view
+(rods_gym.renderers.features), trained on a fresh procedural task every episode and on the fixed
+400 train tasks, with greedy (deterministic) success on the train and held-out test splits along the
+budget, beside the random masked agent.
+
+    python benchmarks/ppo_regime.py [--scale smoke|cpu] [--seed 0] [--json OUT]
+
+Two questions (issue 40, item 2):
+1. Can held-out success rise well above the random agent at all? (procedural arm, target: test >= 0.3,
+   multi-call and multi-turn tasks included; the per-depth / per-turn-type table says where.)
+2. Is there a budget at which PPO on the fixed 400 clearly learns (train >= random + 0.3) while
+   held-out success lags (train - test large)? The curve of the fixed arm says where, if anywhere.
+Printed PASS/MISS lines check both; a MISS is a result (reported, never tuned on test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _ppo_view import Evaluator, PPOConfig, TaskStream, greedy, make_model, make_view_env, masked, procedural_stream, random_masked  # noqa: E402
+from _script import run_script  # noqa: E402
+
+from rods_gym import TaskSpec, load_split  # noqa: E402
+
+VIEW = "features"
+SCALES: dict[str, dict[str, Any]] = {
+    # points: env steps at which both arms are evaluated (multiples of the rollout, n_envs * n_steps)
+    "smoke": {"points": (1024, 2048), "eval_tasks": 24, "ppo": PPOConfig(n_envs=4, n_steps=128, batch_size=256,
+                                                                          n_epochs=2)},
+    "cpu": {"points": (16_384, 49_152, 98_304, 196_608), "eval_tasks": 400, "ppo": PPOConfig()},
+}
+PROCEDURAL_TARGET = 0.3  # test success of the procedural arm
+LEARN_MARGIN = 0.3  # fixed arm's train success over the random agent's
+GAP_TARGET = 0.15  # fixed arm's train - test success at the same point
+
+
+def subset(tasks: list[TaskSpec], n: int) -> list[TaskSpec]:
+    """``n`` tasks spread evenly over ``tasks`` (all of them when n >= len)."""
+    if n >= len(tasks):
+        return list(tasks)
+    return [tasks[int(i)] for i in np.linspace(0, len(tasks) - 1, n)]
+
+
+def bucket(task: TaskSpec) -> str:
+    n = len(task.calls)
+    return "depth 1" if n == 1 else "depth 2-5" if n <= 5 else "depth 6+"
+
+
+def turn_type(task: TaskSpec) -> str:
+    if len(task.turns) > 1:
+        return "multi-turn"
+    t = task.turns[0]
+    return "missing param" if t.withheld else "missing tool" if t.locked else "plain"
+
+
+def breakdown(tasks: Sequence[TaskSpec], success: dict[str, float]) -> dict[str, tuple[float, int]]:
+    groups: dict[str, list[float]] = {}
+    for t in tasks:
+        for key in (bucket(t), turn_type(t)):
+            groups.setdefault(key, []).append(success[t.id])
+    return {k: (float(np.mean(v)), len(v)) for k, v in sorted(groups.items())}
+
+
+def run_arm(arm: str, points: Sequence[int], ppo: PPOConfig, seed: int, evaluator: Evaluator,
+            fixed_set: list[TaskSpec], train: list[TaskSpec], test: list[TaskSpec],
+            env_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Train one arm from scratch; greedy success on ``train`` and ``test`` at every point."""
+    if arm == "procedural":
+        fns = [lambda i=i: masked(TaskStream(make_view_env(VIEW, **env_kwargs), procedural_stream(1000 * seed + i, VIEW)))
+               for i in range(ppo.n_envs)]
+    else:
+        fns = [lambda: masked(make_view_env(VIEW, task_set=fixed_set, **env_kwargs)) for _ in range(ppo.n_envs)]
+    model = make_model(VIEW, fns, ppo, seed)
+    curve, done, train_s = [], 0, 0.0
+    for point in points:
+        start = time.perf_counter()
+        model.learn(point - done, reset_num_timesteps=False)
+        train_s += time.perf_counter() - start
+        done = point
+        act = greedy(model)
+        tr, te = evaluator(train, act), evaluator(test, act)
+        row = {"steps": int(model.num_timesteps), "train": float(np.mean(list(tr.values()))),
+               "test": float(np.mean(list(te.values()))), "train_s": round(train_s, 1)}
+        if arm == "procedural":
+            row["tasks_seen"] = int(sum(model.env.get_attr("tasks_seen")))
+        curve.append(row)
+        print(f"  {arm:10s} {row['steps']:>8d} steps  train {row['train']:.3f}  test {row['test']:.3f}  "
+              f"({train_s:.0f} s training)", flush=True)
+    curve[-1]["test_breakdown"] = breakdown(test, te)
+    return {"curve": curve}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scale", choices=sorted(SCALES), default="smoke")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--arms", default="procedural,fixed", help="comma-separated: procedural, fixed")
+    parser.add_argument("--order", choices=("ranked", "shuffled"), default="shuffled",
+                        help="the features view's candidate_order")
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    args = parser.parse_args()
+    arms = [a for a in args.arms.split(",") if a]
+    unknown = sorted(set(arms) - {"procedural", "fixed"})
+    if unknown:
+        raise ValueError(f"--arms: unknown arm(s) {unknown}; choose from procedural, fixed")
+    torch.set_num_threads(1)
+    scale = SCALES[args.scale]
+    n = scale["eval_tasks"]
+    fixed_set, test_split = load_split("train"), load_split("test")
+    train, test = subset(fixed_set, n), subset(test_split, n)  # the splits are ordered by stratum
+    env_kwargs = {"candidate_order": args.order}
+    evaluator = Evaluator(VIEW, **env_kwargs)
+    rand = random_masked(VIEW, args.seed)
+    rand_train, rand_test = evaluator(train, rand), evaluator(test, rand)
+    out: dict[str, Any] = {"scale": args.scale, "seed": args.seed, "view": VIEW, "order": args.order, "eval_tasks": n,
+                           "ppo": scale["ppo"].__dict__ | {"net_arch": list(scale["ppo"].net_arch)},
+                           "random": {"train": float(np.mean(list(rand_train.values()))),
+                                      "test": float(np.mean(list(rand_test.values())))}, "arms": {}}
+    print(f"ppo_regime ({args.scale}, seed {args.seed}, view {VIEW} {args.order}, greedy success on {n} train / {n} test tasks)")
+    print(f"  random masked agent: train {out['random']['train']:.3f}  test {out['random']['test']:.3f}")
+    for arm in arms:
+        out["arms"][arm] = run_arm(arm, scale["points"], scale["ppo"], args.seed, evaluator, fixed_set, train, test,
+                                   env_kwargs)
+    report(out)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(out, indent=1))
+    return 0
+
+
+def report(out: dict[str, Any]) -> None:
+    rt, re = out["random"]["train"], out["random"]["test"]
+    for arm, res in out["arms"].items():
+        last = res["curve"][-1]
+        print(f"  {arm} at {last['steps']} steps, test by depth / turn type:  " + ", ".join(
+            f"{k} {v:.3f} (n={c})" for k, (v, c) in last["test_breakdown"].items()))
+    if "procedural" in out["arms"]:
+        best = max(r["test"] for r in out["arms"]["procedural"]["curve"])
+        ok = best >= PROCEDURAL_TARGET
+        print(f"  {'PASS' if ok else 'MISS'} procedural arm: held-out test success {best:.3f} "
+              f"(target >= {PROCEDURAL_TARGET}; random {re:.3f})")
+    if "fixed" in out["arms"]:
+        rows = out["arms"]["fixed"]["curve"]
+        hit = [r for r in rows if r["train"] >= rt + LEARN_MARGIN and r["train"] - r["test"] >= GAP_TARGET]
+        if hit:
+            r = hit[0]
+            print(f"  PASS fixed-400 saturates: at {r['steps']} steps train {r['train']:.3f} (random {rt:.3f} + "
+                  f"{r['train'] - rt:.3f}), test {r['test']:.3f} (gap {r['train'] - r['test']:.3f} >= {GAP_TARGET})")
+        else:
+            r = max(rows, key=lambda r: r["train"] - r["test"])
+            print(f"  MISS fixed-400 saturates: no point with train >= random + {LEARN_MARGIN} and a gap >= "
+                  f"{GAP_TARGET}; largest gap at {r['steps']} steps: train {r['train']:.3f}, test {r['test']:.3f}")
+
+
+if __name__ == "__main__":
+    run_script(main)
