@@ -36,8 +36,8 @@ from rods_gym import TaskSpec, load_split  # noqa: E402
 VIEW = "features"
 SCALES: dict[str, dict[str, Any]] = {
     # points: env steps at which both arms are evaluated (multiples of the rollout, n_envs * n_steps)
-    "smoke": {"points": (1024, 2048), "eval_tasks": 24, "ppo": PPOConfig(n_envs=4, n_steps=128, batch_size=256,
-                                                                          n_epochs=2)},
+    "smoke": {"points": (512, 1024), "eval_tasks": 16, "ppo": PPOConfig(n_envs=4, n_steps=128, batch_size=256,
+                                                                         n_epochs=2)},
     "cpu": {"points": (16_384, 49_152, 98_304, 196_608), "eval_tasks": 400, "ppo": PPOConfig()},
 }
 PROCEDURAL_TARGET = 0.3  # test success of the procedural arm

@@ -45,7 +45,7 @@ from rods_gym import TaskSpec, load_split  # noqa: E402
 TARGET = 2_000
 EXAMPLE = PPOConfig(n_envs=4, n_steps=128, batch_size=128, n_epochs=4, learning_rate=1e-3, gamma=0.9)
 FAST = PPOConfig(n_envs=16, n_steps=128, batch_size=512, n_epochs=4)
-SCALES = {"smoke": 2_048, "cpu": 40_960}  # env steps per row (a multiple of both rollouts)
+SCALES = {"smoke": (2_048, 40), "cpu": (40_960, 400)}  # env steps per row (a multiple of both rollouts), train tasks
 
 
 @dataclass
@@ -121,10 +121,11 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    steps, n_tasks = SCALES[args.scale]
     tasks = load_split("train")
-    steps = SCALES[args.scale]
+    tasks = [tasks[int(i)] for i in np.linspace(0, len(tasks) - 1, n_tasks)]  # spread over the strata
     rows = []
-    print(f"ppo_throughput ({args.scale}: {steps} env steps per row, train split, 1 torch thread, "
+    print(f"ppo_throughput ({args.scale}: {steps} env steps per row, {n_tasks} train tasks, 1 torch thread, "
           f"{platform.processor() or platform.machine()}, load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
     print(f"  {'view':10s} {'settings':8s} {'steps/s':>8s} {'(wall)':>7s}   CPU us per step: {'env':>5s} {'update':>7s} "
           f"{'rollout':>8s}")

@@ -77,6 +77,20 @@ class _Slot:
         self.clock = 0
 
 
+def _as_index(action: Any) -> int | None:
+    """An int, a NumPy integer, a whole float or a 0-d array of one, as an int; anything else None."""
+    if isinstance(action, np.ndarray):
+        if action.ndim != 0:
+            return None
+        action = action.item()
+    if isinstance(action, bool) or not isinstance(action, (int, float, np.integer, np.floating)):
+        return None
+    try:
+        return int(action) if float(action).is_integer() else None
+    except (OverflowError, ValueError):
+        return None
+
+
 def _score(option: tuple[Any, ...]) -> Any:
     return option[0]
 
@@ -402,11 +416,8 @@ class FeaturesRenderer(Renderer):
 
     # -- actions -----------------------------------------------------------------------
     def decode(self, action: Any) -> Action:
-        try:
-            a = int(action) if np.ndim(action) == 0 and float(action) == int(action) else None
-        except (TypeError, ValueError, OverflowError):
-            a = None
-        if a is None or isinstance(action, bool) or not 0 <= a < N_CANDIDATES:
+        a = _as_index(action)
+        if a is None or not 0 <= a < N_CANDIDATES:
             return Invalid("malformed", f"expected a candidate index in [0, {N_CANDIDATES}), got {str(action)[:80]}")
         if a >= len(self._cands):
             return EMPTY
