@@ -16,6 +16,7 @@ Printed PASS/MISS lines check both; a MISS is a result (reported, never tuned on
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -43,6 +44,21 @@ SCALES: dict[str, dict[str, Any]] = {
 PROCEDURAL_TARGET = 0.3  # test success of the procedural arm
 LEARN_MARGIN = 0.3  # fixed arm's train success over the random agent's
 GAP_TARGET = 0.15  # fixed arm's train - test success at the same point
+
+
+def with_overrides(ppo: PPOConfig, text: str) -> PPOConfig:
+    """``ppo`` with ``key=value`` fields replaced (``net_arch=128-128``)."""
+    fields = {f.name: f.type for f in dataclasses.fields(PPOConfig)}
+    changes: dict[str, Any] = {}
+    for item in filter(None, text.split(",")):
+        key, _, value = item.partition("=")
+        if key not in fields or not value:
+            raise ValueError(f"--ppo: {item!r} is not key=value with a key among {sorted(fields)}")
+        default = getattr(ppo, key)
+        changes[key] = tuple(int(v) for v in value.split("-")) if isinstance(default, tuple) else type(default)(value)
+        if isinstance(default, int) and not isinstance(default, bool) and changes[key] <= 0:
+            raise ValueError(f"--ppo: {key} must be positive")
+    return dataclasses.replace(ppo, **changes)
 
 
 def subset(tasks: list[TaskSpec], n: int) -> list[TaskSpec]:
@@ -108,6 +124,10 @@ def main() -> int:
     parser.add_argument("--arms", default="procedural,fixed", help="comma-separated: procedural, fixed")
     parser.add_argument("--order", choices=("ranked", "shuffled"), default="shuffled",
                         help="the features view's candidate_order")
+    parser.add_argument("--held-out", choices=("test", "dev"), default="test",
+                        help="the held-out split evaluated (tune settings on dev, report test)")
+    parser.add_argument("--ppo", default="", help="PPOConfig overrides, e.g. learning_rate=1e-3,n_epochs=8,net_arch=128-128")
+    parser.add_argument("--points", default="", help="comma-separated env-step points (default: the scale's)")
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
     arms = [a for a in args.arms.split(",") if a]
@@ -117,20 +137,23 @@ def main() -> int:
     torch.set_num_threads(1)
     scale = SCALES[args.scale]
     n = scale["eval_tasks"]
-    fixed_set, test_split = load_split("train"), load_split("test")
+    fixed_set, test_split = load_split("train"), load_split(args.held_out)
+    ppo = with_overrides(scale["ppo"], args.ppo)
+    points = tuple(int(p) for p in args.points.split(",")) if args.points else scale["points"]
     train, test = subset(fixed_set, n), subset(test_split, n)  # the splits are ordered by stratum
     env_kwargs = {"candidate_order": args.order}
     evaluator = Evaluator(VIEW, **env_kwargs)
     rand = random_masked(VIEW, args.seed)
     rand_train, rand_test = evaluator(train, rand), evaluator(test, rand)
     out: dict[str, Any] = {"scale": args.scale, "seed": args.seed, "view": VIEW, "order": args.order, "eval_tasks": n,
-                           "ppo": scale["ppo"].__dict__ | {"net_arch": list(scale["ppo"].net_arch)},
+                           "held_out": args.held_out, "ppo": ppo.__dict__ | {"net_arch": list(ppo.net_arch)},
                            "random": {"train": float(np.mean(list(rand_train.values()))),
                                       "test": float(np.mean(list(rand_test.values())))}, "arms": {}}
-    print(f"ppo_regime ({args.scale}, seed {args.seed}, view {VIEW} {args.order}, greedy success on {n} train / {n} test tasks)")
+    print(f"ppo_regime ({args.scale}, seed {args.seed}, view {VIEW} {args.order}, greedy success on {n} train / {n} "
+          f"{args.held_out} tasks; {ppo})")
     print(f"  random masked agent: train {out['random']['train']:.3f}  test {out['random']['test']:.3f}")
     for arm in arms:
-        out["arms"][arm] = run_arm(arm, scale["points"], scale["ppo"], args.seed, evaluator, fixed_set, train, test,
+        out["arms"][arm] = run_arm(arm, points, ppo, args.seed, evaluator, fixed_set, train, test,
                                    env_kwargs)
     report(out)
     if args.json:

@@ -14,10 +14,10 @@ from .env import ToolChainEnv
 
 class FeaturesEnv(ToolChainEnv):
     """A :class:`ToolChainEnv` whose view is ``features``; every other constructor argument is the same
-    (``mode`` may be given, but only as ``"features"``). ``candidate_order``: ``ranked`` or ``shuffled``
+    (``mode`` may be given, but only as ``"features"``). ``candidate_order``: ``shuffled`` (default) or ``ranked``
     (:class:`~rods_gym.renderers.features.FeaturesRenderer`)."""
 
-    def __init__(self, mode: str = "features", candidate_order: str = "ranked", **kwargs: Any) -> None:
+    def __init__(self, mode: str = "features", candidate_order: str = "shuffled", **kwargs: Any) -> None:
         if mode != "features":
             raise ValueError(f"FeaturesEnv is the features view; got mode={mode!r} (use ToolChainEnv for the others)")
         from .renderers.features import FeaturesRenderer
