@@ -24,6 +24,10 @@ ENTRY_POINT = "rods_gym.env:ToolChainEnv"
 AUG_ENTRY_POINT = "rods_gym.augment:make_augmented_env"
 FEATURES_ENTRY_POINT = "rods_gym.features_env:FeaturesEnv"
 AUG_FEATURES_ENTRY_POINT = "rods_gym.features_env:make_augmented_features_env"
+# BFCL-V3 multi-turn (rods_gym.bfcl, the optional `bfcl` extra): registered by name only, so `import rods_gym` never
+# imports bfcl-eval; gym.make raises an ImportError naming the extra when it is absent. Not in ENV_IDS (optional).
+BFCL_ID = "rods/BFCL-MultiTurn-v0"
+BFCL_ENTRY_POINT = "rods_gym.bfcl.env:BFCLMultiTurnEnv"
 DIFFICULTY_NAMES = {"Easy": "easy", "Medium": "medium", "Hard": "hard"}
 MODE_NAMES = {"Chat": "chat", "Compact": "compact", "Structured": "structured"}
 
@@ -57,4 +61,5 @@ def register_envs() -> list[str]:
         _register(ids[-1], FEATURES_ENTRY_POINT, difficulty=difficulty)
     ids.append("rods/ToolChain-Aug-Features-v0")
     _register(ids[-1], AUG_FEATURES_ENTRY_POINT, difficulty="medium")
+    _register(BFCL_ID, BFCL_ENTRY_POINT)
     return ids
