@@ -94,8 +94,9 @@ class BFCLTask:
 
     @property
     def index(self) -> int:
-        """The entry's number; entry ``i`` of every category derives from ``multi_turn_base_i``."""
-        return int(self.id.rsplit("_", 1)[1])
+        """The entry's number; entry ``i`` of every category derives from ``multi_turn_base_i`` (a resampled
+        variant, ``<parent id>.v<k>``, has its parent's)."""
+        return int(self.id.rsplit("_", 1)[1].split(".", 1)[0])
 
     @property
     def long_context(self) -> bool:
