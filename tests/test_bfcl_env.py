@@ -196,3 +196,18 @@ def test_split_is_400_400_by_category_and_decontaminated() -> None:
     # the check can fail: base_i and long_context_i share signature and arguments
     all_tasks = tasks_by_id()
     assert contamination([all_tasks["multi_turn_base_0"]], [all_tasks["multi_turn_long_context_0"]])
+
+
+def test_episodes_do_not_leak_state_into_each_other() -> None:
+    """post_tweet keeps its ``mentions`` list and mention() extends it in place; with the task's own list (or
+    the shared default) that would change the task and later episodes. Three replays must agree."""
+    from rods_gym.bfcl.backend import Backend
+
+    tasks = [t for t in load_tasks() if "TwitterAPI" in t.involved_classes]
+    runs = [[[Backend(t).run(list(turn)) for turn in t.ground_truth] for t in tasks] for _ in range(3)]
+    assert runs[0] == runs[1] == runs[2]
+    b = Backend(tasks_by_id()["multi_turn_base_90"])
+    b.execute("authenticate_twitter", {"username": "wanderlust_emma", "password": "Emma$Travel2023"})
+    first = json.loads(b.execute("post_tweet", {"content": "a"}))
+    b.execute("mention", {"tweet_id": first["id"], "mentioned_usernames": ["@x"]})
+    assert json.loads(b.execute("post_tweet", {"content": "b"}))["mentions"] == []

@@ -48,6 +48,22 @@ def backend_class(class_name: str) -> type:
 
 
 @lru_cache(maxsize=None)
+def mutable_defaults(class_name: str) -> dict[str, dict[str, Any]]:
+    """Method name -> its parameters whose default is a list or dict. ``TwitterAPI.post_tweet`` has
+    ``tags=[]``/``mentions=[]`` and ``mention`` extends a tweet's list in place, so in one process the shared
+    default grows from episode to episode (tasks 90 and 147 of every category then replay differently the
+    second time, also in BFCL's own checker). Each call here gets fresh copies: what a fresh process gives."""
+    cls = backend_class(class_name)
+    out: dict[str, dict[str, Any]] = {}
+    for name, fn in inspect.getmembers(cls, predicate=inspect.isfunction):
+        found = {p.name: p.default for p in inspect.signature(fn).parameters.values()
+                 if isinstance(p.default, (list, dict))}
+        if found and not name.startswith("_"):
+            out[name] = found
+    return out
+
+
+@lru_cache(maxsize=None)
 def method_params(class_name: str) -> dict[str, tuple[str, ...]]:
     """Public method name -> parameter names, of one backend class."""
     cls = backend_class(class_name)
@@ -78,19 +94,25 @@ def public_state(instance: Any) -> dict[str, Any]:
 class Backend:
     """The involved classes of one task, loaded from its initial config (deep-copied: the task is unchanged)."""
 
-    __slots__ = ("instances", "methods")
+    __slots__ = ("instances", "methods", "defaults")
 
     def __init__(self, task: BFCLTask, initial_config: Mapping[str, Any] | None = None) -> None:
         config = task.initial_config if initial_config is None else initial_config
         self.instances: dict[str, Any] = {}
         self.methods: dict[str, Any] = {}
+        self.defaults: dict[str, dict[str, Any]] = {}
         for class_name in task.involved_classes:
             instance = backend_class(class_name)()
             if class_name not in STATELESS_CLASSES:
                 instance._load_scenario(copy.deepcopy(config.get(class_name, {})), long_context=task.long_context)
             self.instances[class_name] = instance
+            defaults = mutable_defaults(class_name)
             for name in method_params(class_name):  # a later class's method of the same name wins, as in BFCL
                 self.methods[name] = getattr(instance, name)
+                if name in defaults:
+                    self.defaults[name] = defaults[name]
+                else:
+                    self.defaults.pop(name, None)
 
     def execute(self, name: str, args: Mapping[str, Any]) -> str:
         """Run one call; the result text, or BFCL's ``Error during execution: ...`` text. Never raises
@@ -103,6 +125,13 @@ class Backend:
         bad = [k for k in args if not (isinstance(k, str) and k.isidentifier())]
         if bad:
             return f"Error during execution: invalid syntax (argument name {bad[0]!r})"
+        if any(type(v) is list or type(v) is dict for v in args.values()):
+            # the backends keep argument lists (post_tweet stores ``mentions``, mention() extends it): BFCL's eval
+            # builds them anew from the call's text each time, so must we, or the caller's (the task's) data changes
+            args = copy.deepcopy(dict(args))
+        fresh = self.defaults.get(name)
+        if fresh:
+            args = {**{p: copy.deepcopy(d) for p, d in fresh.items() if p not in args}, **args}
         try:
             return format_result(method(**args))
         except Exception as exc:  # noqa: BLE001 - BFCL reports every failure of a call as its result

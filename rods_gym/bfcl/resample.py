@@ -260,16 +260,19 @@ class BFCLResampler:
         seen = {self._content_key(task)}
         out: list[BFCLTask] = []
         swappable: dict[Any, list[Any]] = {}
-        for value in spans(task):  # probe each span alone
+        for value in spans(task):  # probe each span alone; a verified probe is a variant too
             for new in self._alternatives(task, value, pools, text, rng):
                 variant = apply(task, {value: new}, f"{task.id}.v{len(out)}")
-                if self._check(task, variant, trace, set(seen)):
+                if self._check(task, variant, trace, seen):
                     swappable.setdefault(value, []).append(new)
+                    if len(out) < n:
+                        out.append(variant)
+                        self.verified += 1
         if not swappable:
             return out
         keys = list(swappable)
         for _ in range(n * self.max_tries):
-            if len(out) >= n:
+            if len(out) >= n or len(keys) < 2:
                 break
             chosen = [k for k in keys if rng.random() < 0.5] or [keys[int(rng.integers(len(keys)))]]
             mapping = {k: swappable[k][int(rng.integers(len(swappable[k])))] for k in chosen}

@@ -2,6 +2,7 @@
 
     rods synth --seeds train --n 17000 --seed 0 --out runs/offline/synth.jsonl
     rods synth --seeds train --n 17000 --seed 0 --out runs/offline/naive.jsonl --naive
+    rods synth --bfcl --n 1000 --seed 0 --out runs/bfcl/variants.jsonl   (BFCL-V3 multi-turn; rods_gym.bfcl.synth)
 
 Parents are drawn uniformly from the seeds; each task is a variant from the skill-aligned
 resampler (or the naive one with ``--naive``), oracle-solved, deduplicated and
@@ -40,6 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tiers", default="0,1,2", help="fallback tiers to allow, in order (0 exact, 1 relaxed, 2 size)")
     p.add_argument("--domains", default=None, help="domain directory (default: the built-in domains)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--bfcl", action="store_true", help="BFCL-V3 multi-turn tier-0 variants of the BFCL train split "
+                   "(--seeds train|all|<category>; needs the bfcl extra; see rods_gym.bfcl.synth)")
     p.set_defaults(func=run)
 
 
@@ -59,6 +62,10 @@ def run(args: argparse.Namespace) -> int:
     if args.n < 1:
         print(f"rods synth: error: --n must be >= 1 (an empty set is no training data), got {args.n}", file=sys.stderr)
         return 2
+    if getattr(args, "bfcl", False):
+        from ..bfcl.synth import run_bfcl
+
+        return run_bfcl(args)
     try:
         tiers = tuple(int(x) for x in args.tiers.split(",") if x.strip())
         seeds = _load(args.seeds)
