@@ -66,6 +66,8 @@ CHECK_CACHE = 1 << 16
 
 ASK, REPLY, REPLY_VALUE, CALL = 1, 2, 3, 4  # candidate kinds (feature columns 1..4)
 EMPTY = Invalid("invalid_arguments", "no candidate action at this position")
+ASK_ROW = [1.0, 1.0] + [0.0] * (CANDIDATE - 2)
+REPLY_ROW = [1.0, 0.0, 1.0] + [0.0] * (CANDIDATE - 3)
 
 
 class _Slot:
@@ -132,6 +134,7 @@ class FeaturesRenderer(Renderer):
         self._called: set[str] = set()
         self._done = 0
         self._cands: list[Action] = []
+        self._mask = np.zeros(N_CANDIDATES, bool)
         self._last_call: ToolCall | None = None
         self._plans: dict[tuple[Any, ...], Any] = {}  # task state -> _plan()
         self._checked: dict[tuple[Any, ...], bool] = {}  # (tool, value keys) -> the checker accepts
@@ -269,47 +272,37 @@ class FeaturesRenderer(Renderer):
 
     # -- observation -------------------------------------------------------------------
     def _obs(self, episode: "Episode") -> np.ndarray:
-        obs = np.zeros(self.observation_space.shape, np.float32)
         task = episode.task
         last_turn = episode.turn == len(task.turns) - 1
         wants_answer = task.answer is not None and last_turn and not episode.answered
         todo = episode.todo()
-        obs[0] = wants_answer
-        obs[1] = bool(episode.pending)
-        obs[2] = bool(episode.locked)
-        obs[3] = episode.last_error == "none"
-        obs[4] = episode.progress
-        obs[5] = last_turn
-        obs[6] = episode.turn / max(1, len(task.turns) - 1)
-        obs[7] = min(len(todo), 8) / 8
-        obs[8] = not todo
-        obs[9] = episode.steps / episode.max_steps
-        obs[10] = len(self.slots) / N_SLOTS
+        cands: list[Action] = [Ask("?"), Reply("done")] + [EMPTY] * N_REPLY_VALUES
+        rows: list[list[float]] = [ASK_ROW, REPLY_ROW]
+        ranked = [0, 1]  # the ranked positions of the candidates that exist (rows[j] is at ranked[j])
+        if wants_answer:
+            self._reply_values(episode, cands, rows, ranked)
+        self._calls(episode, cands, rows, ranked)
+        glob = [wants_answer, bool(episode.pending), bool(episode.locked), episode.last_error == "none",
+                episode.progress, last_turn, episode.turn / max(1, len(task.turns) - 1), min(len(todo), 8) / 8,
+                not todo, episode.steps / episode.max_steps, len(self.slots) / N_SLOTS, len(cands) / N_CANDIDATES]
+        obs = np.zeros(self.observation_space.shape, np.float32)
+        obs[: len(glob)] = glob
         obs[12 + self._err_index[episode.last_error]] = 1.0
-        cands: list[Action] = [Ask("?"), Reply("done")]
-        feats = obs[GLOBAL:].reshape(N_CANDIDATES, CANDIDATE)
-        feats[0, 0] = feats[0, ASK] = 1.0
-        feats[1, 0] = feats[1, REPLY] = 1.0
-        self._reply_values(episode, wants_answer, cands, feats)
-        self._calls(episode, cands, feats)
-        obs[11] = len(cands) / N_CANDIDATES
         perm = self._perm
-        if perm is not None:  # candidate i goes to position perm[i]
-            rows = feats[: len(cands)].copy()
-            feats[:] = 0.0
-            feats[perm[: len(cands)]] = rows
+        positions = ranked if perm is None else perm[ranked]  # candidate i goes to position perm[i]
+        obs[GLOBAL:].reshape(N_CANDIDATES, CANDIDATE)[positions] = rows
+        mask = np.zeros(N_CANDIDATES, bool)
+        mask[positions] = True
+        if perm is not None:
             placed = [EMPTY] * N_CANDIDATES
             for i, c in enumerate(cands):
                 placed[perm[i]] = c
             cands = placed
-        self._cands = cands
+        self._cands, self._mask = cands, mask
         return obs
 
-    def _reply_values(self, episode: "Episode", wants_answer: bool, cands: list[Action], feats: np.ndarray) -> None:
-        while len(cands) < FIRST_CALL:
-            cands.append(Invalid("invalid_arguments", "no value to reply with at this candidate"))
-        if not wants_answer:
-            return
+    def _reply_values(self, episode: "Episode", cands: list[Action], rows: list[list[float]],
+                      ranked: list[int]) -> None:
         answer = episode.task.answer
         assert answer is not None
         src = (episode.c.call_tool[answer.call], answer.field)
@@ -318,16 +311,17 @@ class FeaturesRenderer(Renderer):
             if m.tool is not None:
                 scored.append(((m.tool, m.field) == src, m.field == answer.field, m.first, m.clock, k))
         scored.sort(reverse=True)
+        scale = 1.0 / max(1, self._clock)
         for i, (exact, same_field, first, clock, k) in enumerate(scored[:N_REPLY_VALUES]):
-            m, row = self._meta[k], feats[2 + i]
             cands[2 + i] = Reply(format_value(self.slots.values[k]))
+            row = [0.0] * CANDIDATE
             row[0] = row[REPLY_VALUE] = 1.0
+            row[13], row[14], row[16] = 1.0, self._meta[k].progress, clock * scale
             row[17], row[18], row[19] = exact, same_field, first
-            row[13] = 1.0
-            row[14] = m.progress
-            row[16] = clock / max(1, self._clock)
+            rows.append(row)
+            ranked.append(2 + i)
 
-    def _calls(self, episode: "Episode", cands: list[Action], feats: np.ndarray) -> None:
+    def _calls(self, episode: "Episode", cands: list[Action], rows: list[list[float]], ranked: list[int]) -> None:
         facts, deps, keys, planned_of = self._plan(episode)
         meta, values, index = self._meta, self.slots.values, self.slots.index
         matched: dict[tuple[str, str], set[int]] = {}  # (tool, param) -> the slots the plan names for it
@@ -380,7 +374,8 @@ class FeaturesRenderer(Renderer):
                         found.append((key, ToolCall(tool, args), row))
         found.sort(key=_score, reverse=True)
         for key, action, row in found[: N_CANDIDATES - FIRST_CALL]:
-            feats[len(cands)] = row
+            ranked.append(len(cands))
+            rows.append(row)
             cands.append(action)
 
     @staticmethod
@@ -435,10 +430,7 @@ class FeaturesRenderer(Renderer):
         return chosen
 
     def action_masks(self, episode: "Episode") -> np.ndarray:
-        mask = np.zeros(N_CANDIDATES, bool)
-        for i, c in enumerate(self._cands):
-            mask[i] = not isinstance(c, Invalid)
-        return mask
+        return self._mask.copy()
 
     def encode(self, action: Action, episode: "Episode") -> int:
         """The position of the candidate that does what ``action`` does (a reply: with the answer's value
