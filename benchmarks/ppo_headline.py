@@ -512,6 +512,7 @@ def summarize(runs: Mapping[str, Mapping[int, Mapping[str, Any]]], meta: Mapping
         offline_sizes = [by_seed[s].get("offline_set_size") for s in seeds if by_seed[s].get("offline_set_size")]
         if offline_sizes:
             entry["offline_set_size"] = int(offline_sizes[0])
+        entry["profile"] = {k: group_profile(by_seed, k) for k in ("depth", "stratum")}
         if arm in RODS_FAMILY:
             entry["region_variance"] = region_variance(by_seed, BOOT, arm)
             entry["regions"] = _region_shares(by_seed)
@@ -522,7 +523,32 @@ def summarize(runs: Mapping[str, Mapping[int, Mapping[str, Any]]], meta: Mapping
         summary["random"] = {s: _ci(np.array([e["success"] for e in baseline["eval"][s]], dtype=np.float64),
                                     f"random/{s}") for s in SPLITS}
     summary["targets"] = check_targets(arms)
+    summary["differences"] = {f"{a} - {b}": curve_differences(runs, a, b) for a in ("rods", "naive")
+                              for b in ("fixed", "augment", "offline", "procedural") if a in runs and b in runs}
     return summary
+
+
+def curve_differences(runs: Mapping[str, Mapping[int, Mapping[str, Any]]], a: str, b: str, split: str = "test"
+                      ) -> list[dict[str, float]]:
+    """At every evaluation point, success(a) - success(b) with a 95% bootstrap interval: seeds of each arm
+    drawn with replacement on their own, evaluation tasks drawn once for both (they share the tasks)."""
+    if a not in runs or b not in runs:
+        return []
+    n_points = min(len(r["points"]) for arm in (a, b) for r in runs[arm].values())
+    rng = rng_for(BOOT["seed"], f"diff/{a}/{b}/{split}")
+    out = []
+    for i in range(n_points):
+        ma, mb = (np.array([r["points"][i]["eval"][split]["success"] for r in runs[arm].values()], dtype=np.float64)
+                  for arm in (a, b))
+        k = BOOT["samples"]
+        ti = rng.integers(0, ma.shape[1], size=(k, ma.shape[1]))
+        sa = rng.integers(0, ma.shape[0], size=(k, ma.shape[0]))
+        sb = rng.integers(0, mb.shape[0], size=(k, mb.shape[0]))
+        d = ma[sa[:, :, None], ti[:, None, :]].mean(axis=(1, 2)) - mb[sb[:, :, None], ti[:, None, :]].mean(axis=(1, 2))
+        lo, hi = np.quantile(d, [0.025, 0.975])
+        steps = float(np.mean([r["points"][i]["env_steps"] for r in runs[a].values()]))
+        out.append({"env_steps": steps, "diff": float(ma.mean() - mb.mean()), "lo": float(lo), "hi": float(hi)})
+    return out
 
 
 def _region_shares(by_seed: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
@@ -536,6 +562,32 @@ def _region_shares(by_seed: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
         b = [g for g in gs if g["region"] == "boundary"]
         out[half]["boundary_seed_share"] = float(np.mean([g["seed_task"] for g in b])) if b else float("nan")
         out[half]["mu_mean"] = float(np.mean([g["mu"] for g in gs])) if gs else float("nan")
+    return out
+
+
+def root_id(task_id: str) -> str:
+    """The seed a task descends from: synthetic ids are ``ROOT~HASH`` (possibly repeated)."""
+    return task_id.split("~", 1)[0]
+
+
+def group_profile(by_seed: Mapping[int, Mapping[str, Any]], kind: str) -> dict[str, dict[str, float]]:
+    """Per depth or turn type (``kind``) of each group's root seed (train split; other tasks: "other"): the
+    share of all groups, of the boundary groups, mean mu, and the silent fraction in the second half."""
+    from rods_gym import load_split
+
+    meta = {t.id: (str(t.meta["knobs"]["depth"]) if kind == "depth" else str(t.meta.get("stratum")))
+            for t in load_split("train")}
+    groups = [(g, 2 * int(g["step"]) >= int(r["steps"])) for r in by_seed.values() for g in r["groups"]]
+    cell = [meta.get(root_id(g["task"]), "other") for g, _ in groups]
+    n_all = max(1, len(groups))
+    n_b = max(1, sum(g["region"] == "boundary" for g, _ in groups))
+    out = {}
+    for c in sorted(set(cell)):
+        mine = [(g, late) for (g, late), k in zip(groups, cell) if k == c]
+        late = [g["silent"] for g, lt in mine if lt]
+        out[c] = {"groups": len(mine) / n_all, "boundary": sum(g["region"] == "boundary" for g, _ in mine) / n_b,
+                  "mu": float(np.mean([g["mu"] for g, _ in mine])),
+                  "silent_late": float(np.mean(late)) if late else float("nan")}
     return out
 
 
@@ -636,6 +688,16 @@ def report(summary: Mapping[str, Any], setup: Mapping[str, Any]) -> str:
                      f"{e['silent_fraction']:.3f} / {late:.3f} | {', '.join(f'{s:,}' for s in steps)} |")
     lines += ["", "Targets:", ""]
     lines += [f"- **{verdict(t)}** {t['name']}: {t['detail']}" for t in summary["targets"]]
+    diffs = summary.get("differences", {})
+    if diffs:
+        first = next(iter(diffs.values()))
+        lines += ["", "Test success differences along the budget, mean [95% CI] (not a target: the targets are "
+                  "checked at the final point):", "",
+                  "| pair | " + " | ".join(f"{int(p['env_steps']):,}" for p in first) + " |",
+                  "|---|" + "---|" * len(first)]
+        for pair, ds in diffs.items():
+            lines.append(f"| {pair} | " + " | ".join(f"{d['diff']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]"
+                                                     for d in ds) + " |")
     for split in SPLITS:
         for kind in ("depth", "stratum"):
             any_arm = next(iter(arms.values()))
@@ -662,7 +724,8 @@ def report(summary: Mapping[str, Any], setup: Mapping[str, Any]) -> str:
         lines += ["", "RODS family: regions (share of groups, first / second half), boundary groups that are seeds, "
                   "pool at the end (mean over seeds):", "",
                   "| arm | boundary | mastered | hard | plateau | boundary seeds | active seeds / synthetic | staged "
-                  "total | kappa | variance ratio |", "|---|---|---|---|---|---|---|---|---|---|"]
+                  "total (admitted / dropped / evicted) | kappa | variance ratio (same / next appearance) |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for arm in fam:
             e, rg = arms[arm], arms[arm]["regions"]
             pe = e["pool_end"]
@@ -671,8 +734,21 @@ def report(summary: Mapping[str, Any], setup: Mapping[str, Any]) -> str:
             lines.append(f"| {arm} | {two('boundary')} | {two('mastered')} | {two('hard')} | {two('plateau')} | "
                          f"{two('boundary_seed_share')} | {pe.get('pool/active_seeds', float('nan')):.0f} / "
                          f"{pe.get('pool/active_synthetic', float('nan')):.0f} | "
-                         f"{pe.get('synth/staged_total', 0):.0f} | {pe.get('kappa', float('nan')):.3f} | "
-                         f"{ratio['ratio']:.2f} |")
+                         f"{pe.get('synth/staged_total', 0):.0f} ({pe.get('admission/admitted_total', 0):.0f} / "
+                         f"{pe.get('admission/dropped_total', 0):.0f} / {pe.get('admission/evicted_total', 0):.0f}) | "
+                         f"{pe.get('kappa', float('nan')):.3f} | {ratio['ratio']:.2f} / "
+                         f"{e['region_variance']['ratio_next_appearance']['ratio']:.2f} |")
+    for kind in ("depth", "stratum"):
+        cells = sorted({c for e in arms.values() for c in e["profile"][kind]})
+        lines += ["", f"Training groups by the {'depth' if kind == 'depth' else 'turn type'} of their root seed: share of "
+                  "groups / share of boundary groups (RODS family) / mean mu / silent fraction in the second half:", "",
+                  "| arm | " + " | ".join(cells) + " |", "|---|" + "---|" * len(cells)]
+        for arm, e in arms.items():
+            pr = e["profile"][kind]
+            cell = lambda c: ("" if c not in pr else f"{pr[c]['groups']:.2f} / "  # noqa: E731
+                              + (f"{pr[c]['boundary']:.2f}" if arm in RODS_FAMILY else "-")
+                              + f" / {pr[c]['mu']:.2f} / {pr[c]['silent_late']:.2f}")
+            lines.append(f"| {arm} | " + " | ".join(cell(c) for c in cells) + " |")
     lines += ["", "Time per run (mean): " + ", ".join(f"{a} {e['seconds']:.0f} s (eval {e['eval_seconds']:.0f} s)"
                                                    for a, e in arms.items()), ""]
     return "\n".join(lines)
@@ -788,6 +864,12 @@ def main(argv: Sequence[str] | None = None) -> int:
              "wall_seconds": time.perf_counter() - t0, "env_id": args.env_id, "env_kwargs": env_kwargs,
              "budget": scale.budget, "seeds": list(scale.seeds), "group_size": scale.group_size,
              "tasks_per_batch": scale.tasks_per_batch, "ppo": asdict(scale.ppo), "rods": dict(scale.rods)}
+    previous = out / "summary.json"
+    if args.report_only and previous.exists():  # the run's command, date and wall time, not this report's
+        ran = json.loads(previous.read_text()).get("setup", {})
+        if ran.get("command"):
+            setup.update({k: ran[k] for k in ("command", "date", "machine", "wall_seconds") if k in ran})
+            setup["report_regenerated"] = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     summary["plots"] = plots(summary, out / "plots")
     summary["setup"] = setup
     text = report(summary, setup)
