@@ -220,8 +220,22 @@ def _openapi(schema: Any) -> Any:
     return schema
 
 
+@lru_cache(maxsize=None)
+def _schema_of(name: str) -> dict[str, Any]:
+    for cls in FUNC_DOC_FILES:
+        for doc in func_docs(cls):
+            if doc["name"] == name:
+                return _build_schema(doc)
+    raise KeyError(name)
+
+
 def tool_schema(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """One BFCL function doc in Hugging Face chat-template form (as the suite's chat view gives its tools)."""
+    """One BFCL function doc in Hugging Face chat-template form (as the suite's chat view gives its tools); built
+    once per function (the env shares the dict between episodes: treat it as read-only)."""
+    return _schema_of(doc["name"])
+
+
+def _build_schema(doc: Mapping[str, Any]) -> dict[str, Any]:
     params = _openapi(doc["parameters"])
     return {"type": "function", "function": {
         "name": doc["name"], "description": doc["description"],
