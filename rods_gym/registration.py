@@ -26,7 +26,7 @@ FEATURES_ENTRY_POINT = "rods_gym.features_env:FeaturesEnv"
 AUG_FEATURES_ENTRY_POINT = "rods_gym.features_env:make_augmented_features_env"
 # BFCL-V3 multi-turn (rods_gym.bfcl, the optional `bfcl` extra): registered by name only, so `import rods_gym` never
 # imports bfcl-eval; gym.make raises an ImportError naming the extra when it is absent. Not in ENV_IDS (optional).
-BFCL_ID = "rods/BFCL-MultiTurn-v0"
+BFCL_ID = "rods/BFCL-MultiTurn-v0"  # and rods/BFCL-MultiTurn-Short-v0: tool_docs="short" (a third of the prompt)
 BFCL_ENTRY_POINT = "rods_gym.bfcl.env:BFCLMultiTurnEnv"
 DIFFICULTY_NAMES = {"Easy": "easy", "Medium": "medium", "Hard": "hard"}
 MODE_NAMES = {"Chat": "chat", "Compact": "compact", "Structured": "structured"}
@@ -62,4 +62,5 @@ def register_envs() -> list[str]:
     ids.append("rods/ToolChain-Aug-Features-v0")
     _register(ids[-1], AUG_FEATURES_ENTRY_POINT, difficulty="medium")
     _register(BFCL_ID, BFCL_ENTRY_POINT)
+    _register("rods/BFCL-MultiTurn-Short-v0", BFCL_ENTRY_POINT, tool_docs="short")
     return ids

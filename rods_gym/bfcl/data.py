@@ -235,6 +235,17 @@ def tool_schema(doc: Mapping[str, Any]) -> dict[str, Any]:
     return _schema_of(doc["name"])
 
 
+@lru_cache(maxsize=None)
+def short_schema(name: str) -> dict[str, Any]:
+    """:func:`tool_schema` with the description cut to its ``Tool description:`` part (BFCL repeats the class's
+    preamble in every function) and no parameter descriptions."""
+    full = _schema_of(name)["function"]
+    description = full["description"].split("Tool description:", 1)[-1].strip()
+    props = {k: {f: v for f, v in spec.items() if f != "description"} for k, spec in full["parameters"]["properties"].items()}
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": {
+        "type": "object", "properties": props, "required": list(full["parameters"]["required"])}}}
+
+
 def _build_schema(doc: Mapping[str, Any]) -> dict[str, Any]:
     params = _openapi(doc["parameters"])
     return {"type": "function", "function": {

@@ -27,7 +27,8 @@ from ..episode import Ask, Invalid, Reply, ToolCall
 from ..renderers.chat import CHARSET, MAX_ACTION_CHARS, ChatRenderer, parse_chat_action, parse_tool_json, sanitize
 from ..renderers.text_space import TranscriptText
 from .backend import Backend
-from .data import BFCLTask, Call, load_tasks, task_docs, tasks_by_id, tool_schema
+from ..task import TaskSpec
+from .data import BFCLTask, Call, load_tasks, short_schema, task_docs, tasks_by_id, tool_schema
 from .scoring import TurnScorer
 from .taskmodel import task_signature
 
@@ -76,6 +77,8 @@ class BFCLMultiTurnEnv(gym.Env):
         category: ``base``, ``miss_param``, ``miss_func``, ``long_context`` or ``all``.
         split: ``train`` or ``test`` (the 400/400 split of :mod:`rods_gym.bfcl.split`) or ``all``.
         tasks: explicit tasks (overrides category and split), e.g. resampled variants.
+        tool_docs: ``full`` (BFCL's function docs) or ``short`` (each description cut to its "Tool description:"
+            part and parameter descriptions dropped: about a third of the prompt, for small models).
         max_actions_per_turn: bound on calls and unparsable messages per turn; default (None): BFCL's step
             limit, 20, or the turn's ground-truth calls + 10 where that is more (BFCL's models may put parallel
             calls in one step; here a message holds one call, and a few ground-truth turns have 30).
@@ -85,10 +88,14 @@ class BFCLMultiTurnEnv(gym.Env):
     """
 
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 1}
+    mode = "chat"  # the suite's chat view (the trainer reads it to render episodes with a chat template)
 
     def __init__(self, category: str = "all", split: str = "all", tasks: Sequence[BFCLTask] | None = None,
                  max_actions_per_turn: int | None = None, render_mode: str | None = None,
-                 system_prompt: str = SYSTEM_PROMPT) -> None:
+                 system_prompt: str = SYSTEM_PROMPT, tool_docs: str = "full") -> None:
+        if tool_docs not in ("full", "short"):
+            raise ValueError(f"unknown tool_docs {tool_docs!r}; choose full or short")
+        self.tool_docs = tool_docs
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"unknown render_mode {render_mode!r}; choose one of {self.metadata['render_modes']} or None")
         if max_actions_per_turn is not None and (isinstance(max_actions_per_turn, bool)
@@ -126,13 +133,17 @@ class BFCLMultiTurnEnv(gym.Env):
         self.results: list[str] = []
         self.transcript = [[]]
         self._signature = task_signature(task)
-        self.tools = [tool_schema(d) for d in task_docs(task, revealed_through=0)]
+        self.tools = self._tools(task, 0)
         first = {"role": "user", "content": task.user_text(0)}
         self.messages = [{"role": "system", "content": self.system_prompt}, first]
         self.new_messages = [first]
         self._shown = 0
         self._show()
         return sanitize(ChatRenderer._text(self.new_messages), BFCL_MAX_OBS_CHARS), self._info("none")
+
+    def _tools(self, task: BFCLTask, turn: int) -> list[dict[str, Any]]:
+        return [short_schema(d["name"]) if self.tool_docs == "short" else tool_schema(d)
+                for d in task_docs(task, revealed_through=turn)]
 
     def _resolve(self, options: Mapping[str, Any] | None) -> BFCLTask:
         options = options or {}
@@ -146,12 +157,14 @@ class BFCLMultiTurnEnv(gym.Env):
             return self.tasks[int(self.np_random.integers(0, len(self.tasks)))]
         if isinstance(task, BFCLTask):
             return task
+        if isinstance(task, TaskSpec):  # the trainer's task model (rods_gym.bfcl.trainer): found by its BFCL id
+            task = str(task.meta.get("bfcl_id", task.id))
         if isinstance(task, str):
             hit = next((t for t in self.tasks if t.id == task), None) or tasks_by_id().get(task)
             if hit is None:
                 raise KeyError(f"no BFCL multi-turn task with id {task!r}")
             return hit
-        raise TypeError(f"options['task'] must be a BFCLTask or a task id, not {type(task).__name__}")
+        raise TypeError(f"options['task'] must be a BFCLTask, a task id or its TaskSpec, not {type(task).__name__}")
 
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
         task = self.task
@@ -176,7 +189,7 @@ class BFCLMultiTurnEnv(gym.Env):
             else:
                 self.transcript.append([])
                 if self.turn in task.missed_function:
-                    self.tools = [tool_schema(d) for d in task_docs(task, revealed_through=self.turn)]
+                    self.tools = self._tools(task, self.turn)
                 new.append({"role": "user", "content": task.user_text(self.turn)})
         else:
             self.turn_actions += 1
