@@ -14,9 +14,19 @@ import importlib
 import inspect
 import json
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any, Mapping, Protocol, Sequence
 
-from .data import INSTALL_HINT, BFCLTask, Call
+from . import INSTALL_HINT
+
+
+class TaskLike(Protocol):
+    """What a backend needs of a task (:class:`rods_gym.bfcl.data.BFCLTask`; no import: data imports this module)."""
+
+    involved_classes: tuple[str, ...]
+    initial_config: Mapping[str, Any]
+
+    @property
+    def long_context(self) -> bool: ...
 
 BACKEND_PREFIX = "bfcl_eval.eval_checker.multi_turn_eval.func_source_code"
 CLASS_MODULES = {
@@ -96,7 +106,7 @@ class Backend:
 
     __slots__ = ("instances", "methods", "defaults")
 
-    def __init__(self, task: BFCLTask, initial_config: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, task: TaskLike, initial_config: Mapping[str, Any] | None = None) -> None:
         config = task.initial_config if initial_config is None else initial_config
         self.instances: dict[str, Any] = {}
         self.methods: dict[str, Any] = {}
@@ -137,7 +147,8 @@ class Backend:
         except Exception as exc:  # noqa: BLE001 - BFCL reports every failure of a call as its result
             return f"Error during execution: {exc}"
 
-    def run(self, calls: "list[Call] | tuple[Call, ...]") -> list[str]:
+    def run(self, calls: Sequence[Any]) -> list[str]:
+        """Run :class:`rods_gym.bfcl.data.Call` objects in order; their result texts."""
         return [self.execute(c.name, c.args) for c in calls]
 
     def same_state(self, other: "Backend") -> bool:

@@ -14,9 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import CATEGORIES
-
-INSTALL_HINT = "pip install 'rods-gym[bfcl]' (or bfcl-eval==2026.3.23)"
+from . import CATEGORIES, INSTALL_HINT
 FILE_PREFIX = "BFCL_v4_multi_turn_"
 # classes of the four multi-turn categories -> their function-doc file (bfcl_eval.constants.executable_backend_config)
 FUNC_DOC_FILES = {
