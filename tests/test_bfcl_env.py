@@ -211,3 +211,16 @@ def test_episodes_do_not_leak_state_into_each_other() -> None:
     first = json.loads(b.execute("post_tweet", {"content": "a"}))
     b.execute("mention", {"tweet_id": first["id"], "mentioned_usernames": ["@x"]})
     assert json.loads(b.execute("post_tweet", {"content": "b"}))["mentions"] == []
+
+
+def test_short_tool_docs_id() -> None:
+    full = gym.make(ENV_ID).unwrapped
+    short = gym.make("rods/BFCL-MultiTurn-Short-v0").unwrapped
+    full.reset(options={"task": "multi_turn_base_0"})
+    short.reset(options={"task": "multi_turn_base_0"})
+    names = [t["function"]["name"] for t in full.tools]
+    assert names == [t["function"]["name"] for t in short.tools]
+    assert len(json.dumps(short.tools)) < 0.6 * len(json.dumps(full.tools))
+    assert all("This tool belongs" not in t["function"]["description"] for t in short.tools)
+    with pytest.raises(ValueError, match="tool_docs"):
+        BFCLMultiTurnEnv(tool_docs="tiny")
