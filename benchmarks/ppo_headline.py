@@ -120,7 +120,7 @@ SCALES: dict[str, Scale] = {
     "smoke": Scale("smoke", seeds=(0,), budget=2048, n_points=2, eval_tasks={"test": 12, "ood": 6}, offline_n=48,
                    tasks_per_batch=4, group_size=4, ppo=PPOSettings(n_envs=4, n_steps=128, batch_size=256),
                    rods={"calibration_groups": 8, "synth_every": 2, "parents_per_round": 4}),
-    "cpu": Scale("cpu", seeds=(0, 1, 2, 3, 4), budget=24_576, n_points=5, eval_tasks={"test": 0, "ood": 0},
+    "cpu": Scale("cpu", seeds=(0, 1, 2, 3, 4), budget=12_288, n_points=5, eval_tasks={"test": 0, "ood": 0},
                  offline_n=17_000),
     "gpu": Scale("gpu", seeds=tuple(range(10)), budget=98_304, n_points=8, eval_tasks={"test": 0, "ood": 0},
                  offline_n=17_000),
@@ -669,7 +669,7 @@ def report(summary: Mapping[str, Any], setup: Mapping[str, Any]) -> str:
     arms = summary["arms"]
     lines = [f"### PPO headline ({setup['scale']} scale)", "",
              f"Command: `{setup['command']}`  ", f"Date: {setup['date']}; machine: {setup['machine']}; "
-             f"wall time {setup['wall_seconds'] / 60:.1f} min", "",
+             f"wall time {setup['wall_seconds'] / 60:.1f} min; code {setup.get('code', '?')}", "",
              f"MaskablePPO from scratch on `{setup['env_id']}` {setup['env_kwargs'] or ''}; "
              f"{setup['budget']:,} env steps per run; {len(setup['seeds'])} seeds per arm; G={setup['group_size']}, "
              f"{setup['tasks_per_batch']} tasks per batch; greedy success on {summary['tasks']['test']} test and "
@@ -783,6 +783,21 @@ def plots(summary: Mapping[str, Any], out: Path) -> dict[str, str]:
 
 
 # -- main ----------------------------------------------------------------------------------------
+def code_version() -> str:
+    """The commit the code ran at, and whether rods_gym/ or trainer/ had uncommitted changes."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "rods_gym", "trainer"], cwd=HERE.parent,
+                               capture_output=True, text=True, check=True).stdout.rstrip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+    return head + (" + uncommitted changes in " + ", ".join(sorted({ln[3:] for ln in dirty.splitlines()}))
+                   if dirty else "")
+
+
 def load_runs(out: Path, arms: Sequence[str], seeds: Sequence[int]) -> dict[str, dict[int, dict[str, Any]]]:
     runs: dict[str, dict[int, dict[str, Any]]] = {}
     for arm in arms:
@@ -830,6 +845,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.env_id not in gym.registry:
         raise ValueError(f"--env-id {args.env_id!r} is not a registered environment")
+    gym.make(args.env_id, **env_kwargs).close()  # the view's modules load now, before the workers fork
     out = args.out or HERE / "out" / "ppo_headline" / args.scale
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -863,7 +879,8 @@ def main(argv: Sequence[str] | None = None) -> int:
              "machine": f"{platform.machine()}, {os.cpu_count()} cores ({platform.node()})",
              "wall_seconds": time.perf_counter() - t0, "env_id": args.env_id, "env_kwargs": env_kwargs,
              "budget": scale.budget, "seeds": list(scale.seeds), "group_size": scale.group_size,
-             "tasks_per_batch": scale.tasks_per_batch, "ppo": asdict(scale.ppo), "rods": dict(scale.rods)}
+             "tasks_per_batch": scale.tasks_per_batch, "ppo": asdict(scale.ppo), "rods": dict(scale.rods),
+             "code": code_version()}
     previous = out / "summary.json"
     if args.report_only and previous.exists():  # the run's command, date and wall time, not this report's
         ran = json.loads(previous.read_text()).get("setup", {})
