@@ -361,7 +361,7 @@ class FeaturesRenderer(Renderer):
                 options.append(opts)
             else:
                 for choice in self._bindings(options):
-                    check_key = (tool,) + tuple(None if k is None else meta[k].key for k in choice)
+                    check_key = (tool, *[None if k is None else meta[k].key for k in choice])
                     ok = checked.get(check_key)
                     args = {params[i][0]: values[k] for i, k in enumerate(choice) if k is not None}
                     if ok is None:
@@ -371,12 +371,12 @@ class FeaturesRenderer(Renderer):
                     if ok:
                         key, row = self._call_features(tool, params, choice, args, keys.get(tool, ()), marks,
                                                        check_key, recency)
-                        found.append((key, ToolCall(tool, args), row))
+                        found.append((key, tool, args, row))
         found.sort(key=_score, reverse=True)
-        for key, action, row in found[: N_CANDIDATES - FIRST_CALL]:
+        for key, tool, args, row in found[: N_CANDIDATES - FIRST_CALL]:
             ranked.append(len(cands))
             rows.append(row)
-            cands.append(action)
+            cands.append(ToolCall(tool, args))
 
     @staticmethod
     def _bindings(options: list[list[tuple[float, int | None]]]) -> list[tuple[int | None, ...]]:
