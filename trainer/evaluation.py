@@ -16,7 +16,7 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import gather_object
 
-from rods_gym import compute_signature, default_suite
+from rods_gym.resampler import task_depth
 from rods_gym.task import TaskSpec
 
 from .policy import Policy
@@ -29,11 +29,10 @@ def summarize(trajs: Sequence[Trajectory]) -> dict[str, Any]:
     multi_turn, missing_param, missing_tool; tasks without one are left out of ``per_stratum``).
     The strata fail differently: their errors are systematic (a withheld tool, a second user turn)
     where plain tasks mostly fail on one value slot, so a change of policy can move them apart."""
-    suite = default_suite()
     by_depth: dict[int, list[Trajectory]] = defaultdict(list)
     by_stratum: dict[str, list[Trajectory]] = defaultdict(list)
     for tr in trajs:
-        by_depth[compute_signature(tr.task, suite).depth].append(tr)
+        by_depth[task_depth(tr.task)].append(tr)  # the signature's depth, for BFCL's tasks too
         stratum = tr.task.meta.get("stratum")
         if stratum:
             by_stratum[str(stratum)].append(tr)

@@ -24,7 +24,7 @@ from .config import TrainConfig
 from .task_source import FixedSeeds, TaskSource, check_task_source
 
 SourceFactory = Callable[[TrainConfig, Sequence[TaskSpec], int], TaskSource]
-OPTIONAL_MODULES = ("rods_gym.trainer.rods", "rods_gym.trainer.curricula")
+OPTIONAL_MODULES = ("rods_gym.trainer.rods", "rods_gym.trainer.curricula", "rods_gym.bfcl.trainer")
 
 
 def fixed_source(cfg: TrainConfig, seeds: Sequence[TaskSpec], rng_seed: int) -> TaskSource:

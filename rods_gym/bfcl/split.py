@@ -20,18 +20,18 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from rods_gym.envs import ROOT as ENVS_ROOT
+
 from . import CATEGORIES
 from .data import BFCLTask, load_tasks
 
 SPLIT_SEED = 20251010  # EnvTuning's release date; any fixed seed
-SPLIT_FILE = Path(__file__).resolve().parents[2] / "envs" / "bfcl" / "split.json"
+SPLIT_FILE = ENVS_ROOT / "bfcl" / "split.json"  # the installed data folder (the repo's envs/, or the wheel's rods_gym/envs)
 SPLITS = ("train", "test")
 
 
 def _split_file() -> Path:
-    from rods_gym.envs import ROOT  # the installed data folder (the wheel's rods_gym/envs)
-
-    return ROOT / "bfcl" / "split.json"
+    return SPLIT_FILE
 
 
 def draw_split(tasks: Sequence[BFCLTask], seed: int = SPLIT_SEED) -> dict[str, list[str]]:

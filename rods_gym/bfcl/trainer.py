@@ -20,6 +20,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from rods_gym.envs import ROOT as ENVS_ROOT
+
 from ..task import Call as SpecCall
 from ..task import TaskSpec, Turn, write_jsonl
 from .data import BFCLTask, tasks_by_id
@@ -27,7 +29,7 @@ from .resample import BFCLResampler, variant_from_dict, variant_to_dict
 from .split import split_tasks
 from .taskmodel import to_taskspec
 
-TASK_FILES = {s: Path(__file__).resolve().parents[2] / "envs" / "bfcl" / f"{s}_tasks.jsonl" for s in ("train", "test")}
+TASK_FILES = {s: ENVS_ROOT / "bfcl" / f"{s}_tasks.jsonl" for s in ("train", "test")}  # installed with the package
 
 
 def structure_only(task: BFCLTask) -> TaskSpec:
