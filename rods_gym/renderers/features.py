@@ -130,7 +130,9 @@ class FeaturesRenderer(Renderer):
         self.slots = SlotTable(N_SLOTS, self._keep_types)
         self._meta: list[_Slot] = []
         self._clock = 0
-        self._made: set[tuple[Any, ...]] = set()  # (tool, (param, value key)...) of the calls executed
+        self._made: set[tuple[Any, ...]] = set()  # (tool, value key or None per parameter) of the calls executed
+        self._by_type: dict[str, list[int]] = {}  # value type -> its slots
+        self._by_source: dict[tuple[str, str], list[_Slot]] = {}  # (tool, field) -> slots it filled (maybe since moved on)
         self._called: set[str] = set()
         self._done = 0
         self._cands: list[Action] = []
@@ -189,8 +191,7 @@ class FeaturesRenderer(Renderer):
             self._perm = perm
         self.slots = SlotTable(N_SLOTS, self._keep_types)
         self._meta, self._clock, self._last_call = [], 0, None
-        self._by_type: dict[str, list[int]] = {}  # value type -> its slots
-        self._by_source: dict[tuple[str, str], list[_Slot]] = {}  # (tool, field) -> slots it filled (maybe since moved on)
+        self._by_type, self._by_source = {}, {}
         self._made, self._called, self._done = set(), set(), 0
         self._add_turn_facts(episode, 0)
         self._log = [f"user: {episode.user_message(0)}"]
