@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-pytest.importorskip("bfcl_eval", reason="bfcl-eval is not installed (pip install 'rods-gym[bfcl]'); "
+pytest.importorskip("bfcl_eval", reason="bfcl-eval is not installed (pip install --no-deps bfcl-eval==2026.3.23: README, BFCL); "
                                         "the BFCL environment tests need its data and backends")
 
 import gymnasium as gym  # noqa: E402

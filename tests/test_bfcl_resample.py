@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-pytest.importorskip("bfcl_eval", reason="bfcl-eval is not installed (pip install 'rods-gym[bfcl]'); "
+pytest.importorskip("bfcl_eval", reason="bfcl-eval is not installed (pip install --no-deps bfcl-eval==2026.3.23: README, BFCL); "
                                         "the BFCL resampling tests need its data and backends")
 
 from rods_gym.bfcl.data import tasks_by_id  # noqa: E402

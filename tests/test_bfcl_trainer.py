@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-pytest.importorskip("bfcl_eval", reason="bfcl-eval is not installed (pip install 'rods-gym[bfcl]'); "
+pytest.importorskip("bfcl_eval", reason="bfcl-eval is not installed (pip install --no-deps bfcl-eval==2026.3.23: README, BFCL); "
                                         "the BFCL trainer tests need its data and backends")
 
 from rods_gym.bfcl.env import BFCLMultiTurnEnv  # noqa: E402

@@ -19,4 +19,4 @@ executing calls as BFCL does), :mod:`.scoring` (per-turn checks: the progress re
 from __future__ import annotations
 
 CATEGORIES = ("base", "miss_param", "miss_func", "long_context")
-INSTALL_HINT = "pip install 'rods-gym[bfcl]' (or bfcl-eval==2026.3.23)"
+INSTALL_HINT = "pip install 'rods-gym[bfcl]' && pip install --no-deps bfcl-eval==2026.3.23 (its own pins conflict with numpy 2 and networkx 3.5)"

@@ -191,12 +191,3 @@ def draw_api_graph(path: str) -> None:
     ax.set_title(f"BFCL API dependency graph: {g.number_of_nodes()} functions, {g.number_of_edges()} edges")
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
-
-
-if __name__ == "__main__":  # python -m rods_gym.bfcl.taskmodel OUT.png: the API graph (until `rods graph --bfcl`)
-    import sys
-
-    out = sys.argv[1] if len(sys.argv) > 1 else "bfcl_api_graph.png"
-    draw_api_graph(out)
-    g = api_graph()
-    print(f"{out}: {g.number_of_nodes()} functions, {g.number_of_edges()} edges")

@@ -1,0 +1,34 @@
+"""``rods graph --bfcl``: the BFCL classes' API dependency graph (type and name matching of returns to parameters)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+from rods_gym.cli import main
+
+
+def test_without_bfcl_eval_the_command_says_how_to_install_it(monkeypatch, capsys) -> None:
+    monkeypatch.setitem(sys.modules, "bfcl_eval", None)  # import bfcl_eval now raises ImportError
+    assert main(["graph", "--bfcl"]) == 2
+    err = capsys.readouterr().err
+    assert "rods graph --bfcl: error" in err and "--no-deps bfcl-eval" in err and "Traceback" not in err
+
+
+def test_the_graph_links_returned_fields_to_parameters_of_that_name_and_type(tmp_path: Path, capsys) -> None:
+    pytest.importorskip("bfcl_eval", reason="bfcl-eval is not installed (README, BFCL)")
+    assert main(["graph", "--bfcl", "--json", "--out", str(tmp_path)]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert len(stats["classes"]) == 8 and stats["functions"] > 100 and 0 < stats["edges"]
+    graph = nx.node_link_graph(json.loads((tmp_path / "bfcl_api_graph.json").read_text()), edges="links")
+    assert graph.number_of_edges() == stats["edges"] and (tmp_path / "bfcl_api_graph.png").stat().st_size > 1000
+    from rods_gym.bfcl.data import func_docs  # every edge: a response field that is a parameter of the target
+
+    docs = {f"{c}.{d['name']}": d for c in stats["classes"] for d in func_docs(c)}
+    for src, dst, param in graph.edges(data="param"):
+        response = docs[src]["response"]["properties"]
+        assert param in response and param in docs[dst]["parameters"]["properties"]
