@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import zlib
 from collections import OrderedDict
 from pathlib import Path
 from numbers import Integral
@@ -19,16 +18,10 @@ from .renderers.frame import text_frame
 from .sampler import DIFFICULTIES, SamplerConfig, TaskSampler
 from .signature import compute_signature
 from .suite import Suite, default_suite
-from .task import TaskSpec, read_jsonl
+from .task import TaskSpec, read_jsonl, task_generator  # task_generator: also public here
 from .world import WorldState
 
 TASK_CACHE = 4096
-
-
-def task_generator(task: TaskSpec) -> np.random.Generator:
-    """A generator seeded by the task alone (its id and world seed): draws that belong to the task's
-    rendering, the same in every episode of it whatever the env's seed."""
-    return np.random.default_rng([int(task.world_seed) % 2**63, zlib.crc32(task.id.encode("utf-8"))])
 
 
 def load_split(split: str) -> list[TaskSpec]:

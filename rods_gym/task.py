@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import json
 import math
+import zlib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
+
+import numpy as np
 
 TURN_TYPES = ("plain", "missing_param", "missing_tool", "answer")
 
@@ -206,3 +209,9 @@ def iter_jsonl(path: str | Path) -> Iterator[TaskSpec]:
                     yield TaskSpec.from_json(line)
                 except ValueError as exc:
                     raise ValueError(f"{path}:{lineno}: {exc}") from None
+
+
+def task_generator(task: TaskSpec) -> np.random.Generator:
+    """A generator seeded by the task alone (its id and world seed): draws that belong to the task's
+    rendering, the same in every episode of it whatever the env's seed."""
+    return np.random.default_rng([int(task.world_seed) % 2**63, zlib.crc32(task.id.encode("utf-8"))])

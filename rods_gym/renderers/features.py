@@ -46,7 +46,7 @@ import gymnasium as gym
 import numpy as np
 
 from ..episode import ERROR_CLASSES, Action, Ask, Invalid, Reply, ToolCall
-from ..task import format_value
+from ..task import format_value, task_generator
 from .base import Renderer, SlotTable, value_key
 
 if TYPE_CHECKING:
@@ -183,8 +183,6 @@ class FeaturesRenderer(Renderer):
             task = episode.task
             perm = self._perms.get((task.id, task.world_seed))
             if perm is None:
-                from ..env import task_generator  # (the env imports the renderers)
-
                 if len(self._perms) >= PLAN_CACHE:
                     self._perms.clear()
                 perm = self._perms[(task.id, task.world_seed)] = task_generator(task).permutation(N_CANDIDATES)
