@@ -15,7 +15,6 @@ is where the rollout count, the distinct-task count and the per-group telemetry 
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import math
@@ -31,7 +30,6 @@ from rods_gym import compute_signature, default_suite
 from rods_gym.task import TaskSpec
 from rods_gym.trainer.config import TrainConfig, load_config, save_config
 from rods_gym.trainer.curricula.arms import DynamicSampling
-from rods_gym.trainer.curricula.detector import group_stats
 from rods_gym.trainer.evaluation import summarize
 from rods_gym.trainer.loop import evaluation_engine, grpo_train
 from rods_gym.trainer.pipeline import env_mode, make_accelerator, warm_start
@@ -40,6 +38,8 @@ from rods_gym.trainer.policy import Policy, load_policy, make_policy
 from rods_gym.trainer.sources import make_source
 from rods_gym.trainer.task_source import GroupResult, TaskSource
 from rods_gym.trainer.tasks import SPREAD_RULE, load_tasks, spread
+
+from _de_stats import group_records  # a sibling module: the benchmarks folder is on sys.path
 
 RUN_FILE = "run.json"
 WARM_FILE = "warm_start.json"
@@ -118,17 +118,7 @@ class RecordingSource:
         return self.inner.next_batch(step, n_tasks)
 
     def observe(self, step: int, groups: Sequence[GroupResult]) -> None:
-        detector = getattr(self.inner, "detector", None)
-        shadow = copy.deepcopy(detector) if detector is not None else None
-        for g in groups:
-            mu, u = group_stats(g.returns)
-            region = None
-            if shadow is not None:
-                shadow.update(g.task.id, g.returns)
-                region = shadow.region(g.task.id)
-            self.groups.append({"step": int(step), "task": g.task.id, "seed_task": g.task.id in self.seed_ids,
-                                "mu": mu, "u": u, "silent": bool(np.std(g.returns) == 0.0), "size": len(g.returns),
-                                "region": region})
+        self.groups.extend(group_records(step, groups, self.inner, self.seed_ids))
         self.inner.observe(step, groups)
 
     def telemetry(self) -> dict[str, float]:

@@ -9,6 +9,7 @@ and a CRC of what is being estimated, so the numbers do not depend on the order 
 
 from __future__ import annotations
 
+import copy
 import zlib
 from collections import defaultdict
 from typing import Any, Mapping, Sequence
@@ -328,3 +329,24 @@ def check_targets(arms: Mapping[str, Any], boot: Mapping[str, int] | None = None
         t.update(passed=None, detail="not measured (needs the rods and fixed arms)")
     out.append(t)
     return out
+
+
+def group_records(step: int, groups: Sequence[Any], source: Any, seed_ids: frozenset[str]) -> list[dict[str, Any]]:
+    """One record per observed group, as the benchmarks' recording sources keep them: the step, the task id,
+    whether it is a seed, ``mu`` and ``u = 4 var`` of its returns, whether it was silent, its size and, for a
+    source with a RODS detector, the region that detector assigns it at this appearance (on a copy of the
+    detector, so ``source`` is untouched). Call it before ``source.observe(step, groups)``."""
+    from rods_gym.trainer.curricula.detector import group_stats  # here: importing this module stays light
+
+    detector = getattr(source, "detector", None)
+    shadow = copy.deepcopy(detector) if detector is not None else None
+    records = []
+    for g in groups:
+        mu, u = group_stats(g.returns)
+        region = None
+        if shadow is not None:
+            shadow.update(g.task.id, g.returns)
+            region = shadow.region(g.task.id)
+        records.append({"step": int(step), "task": g.task.id, "seed_task": g.task.id in seed_ids, "mu": mu, "u": u,
+                        "silent": bool(np.std(g.returns) == 0.0), "size": len(g.returns), "region": region})
+    return records

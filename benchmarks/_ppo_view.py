@@ -31,6 +31,10 @@ class PPOConfig:
     ent_coef: float = 0.01
     net_arch: tuple[int, ...] = (64, 64)
 
+    @property
+    def rollout(self) -> int:
+        return self.n_envs * self.n_steps
+
 
 def make_view_env(view: str, task_set: Any = None, **kwargs: Any) -> ToolChainEnv:
     """The unwrapped env of ``view`` (``structured`` or ``features``)."""

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
-import copy
 import datetime as _dt
 import json
 import multiprocessing
@@ -56,8 +55,9 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:  # the helper modules next to this script
     sys.path.insert(0, str(HERE))
 
-from _de_stats import (bootstrap_ci, difference_ci, late_silent_flags, region_variance, rng_for,  # noqa: E402
-                       silent_windows)
+from _de_stats import (bootstrap_ci, difference_ci, group_records, late_silent_flags, region_variance,  # noqa: E402
+                       rng_for, silent_windows)
+from _ppo_view import PPOConfig  # noqa: E402
 from _script import run_script  # noqa: E402
 
 ARMS = ("fixed", "rods", "augment", "offline", "procedural", "replay_only", "naive", "rods_random")
@@ -75,22 +75,9 @@ TELEMETRY_KEYS = ("kappa", "variance_ratio", "boundary_fraction", "pool/active_s
 
 
 # -- settings ------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class PPOSettings:
-    """MaskablePPO's knobs, the same for every arm."""
-
-    n_envs: int = 4
-    n_steps: int = 256
-    batch_size: int = 256
-    n_epochs: int = 4
-    learning_rate: float = 1e-3
-    gamma: float = 0.95
-    ent_coef: float = 0.01
-    net_arch: tuple[int, ...] = (64, 64)
-
-    @property
-    def rollout(self) -> int:
-        return self.n_envs * self.n_steps
+# MaskablePPO's knobs, the same for every arm (``_ppo_view.PPOConfig``, shared with ppo_throughput/ppo_regime)
+HEADLINE_PPO = PPOConfig(n_envs=4, n_steps=256, batch_size=256, n_epochs=4, learning_rate=1e-3, gamma=0.95,
+                         ent_coef=0.01, net_arch=(64, 64))
 
 
 @dataclass(frozen=True)
@@ -103,7 +90,7 @@ class Scale:
     offline_n: int  # size of the offline arm's synthesized set
     tasks_per_batch: int = 8
     group_size: int = 8
-    ppo: PPOSettings = PPOSettings()
+    ppo: PPOConfig = HEADLINE_PPO
     rods: Mapping[str, Any] = field(default_factory=dict)  # RODSConfig overrides
 
     def eval_at(self) -> list[int]:
@@ -118,15 +105,15 @@ class Scale:
 
 SCALES: dict[str, Scale] = {
     "smoke": Scale("smoke", seeds=(0,), budget=2048, n_points=2, eval_tasks={"test": 12, "ood": 6}, offline_n=48,
-                   tasks_per_batch=4, group_size=4, ppo=PPOSettings(n_envs=4, n_steps=128, batch_size=256),
+                   tasks_per_batch=4, group_size=4, ppo=replace(HEADLINE_PPO, n_steps=128),
                    rods={"calibration_groups": 8, "synth_every": 2, "parents_per_round": 4}),
     "cpu": Scale("cpu", seeds=(0, 1, 2, 3, 4), budget=12_288, n_points=5, eval_tasks={"test": 0, "ood": 0},
                  offline_n=17_000),
     # a many-core box (the learner is a small MLP: a GPU does not help it): 40a's regime, where fixed-400 saturates
     # (benchmarks/ppo_regime.py: train 0.83 vs test 0.43 at 196,608 steps), with its PPO settings chosen on dev
     "gpu": Scale("gpu", seeds=tuple(range(10)), budget=196_608, n_points=8, eval_tasks={"test": 0, "ood": 0},
-                 offline_n=17_000, ppo=PPOSettings(n_envs=8, n_steps=256, batch_size=512, n_epochs=4,
-                                                   learning_rate=1e-3, gamma=0.99, ent_coef=0.02, net_arch=(128, 128))),
+                 offline_n=17_000, ppo=PPOConfig(n_envs=8, n_steps=256, batch_size=512, n_epochs=4,
+                                                 learning_rate=1e-3, gamma=0.99, ent_coef=0.02, net_arch=(128, 128))),
 }
 
 
@@ -154,19 +141,7 @@ class RecordingSource:
         return self.inner.next_batch(step, n_tasks)
 
     def observe(self, step: int, groups: Sequence[Any]) -> None:
-        from rods_gym.trainer.curricula import group_stats
-
-        detector = getattr(self.inner, "detector", None)
-        shadow = copy.deepcopy(detector) if detector is not None else None
-        for g in groups:
-            mu, u = group_stats(g.returns)
-            region = None
-            if shadow is not None:
-                shadow.update(g.task.id, g.returns)
-                region = shadow.region(g.task.id)
-            self.groups.append({"step": int(step), "task": g.task.id, "seed_task": g.task.id in self.seed_ids,
-                                "mu": mu, "u": u, "silent": bool(np.std(g.returns) == 0.0), "size": len(g.returns),
-                                "region": region})
+        self.groups.extend(group_records(step, groups, self.inner, self.seed_ids))
         self.inner.observe(step, groups)
         tel = self.inner.telemetry()
         self.telemetry_log.append({"step": int(step), **{k: float(tel[k]) for k in TELEMETRY_KEYS if k in tel}})

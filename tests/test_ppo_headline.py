@@ -36,8 +36,8 @@ def tiny_runs(ph, tmp_path_factory) -> dict[str, dict[str, Any]]:
     """One tiny run of every arm: 2 PPO rollouts of 128 steps, evaluated after each on 4 + 2 tasks."""
     out = tmp_path_factory.mktemp("ppo_headline")
     scale = replace(ph.SCALES["smoke"], budget=256, n_points=2, eval_tasks={"test": 4, "ood": 2}, offline_n=8,
-                    tasks_per_batch=2, group_size=4, ppo=ph.PPOSettings(n_envs=2, n_steps=64, batch_size=64,
-                                                                       n_epochs=1, net_arch=(16,)),
+                    tasks_per_batch=2, group_size=4, ppo=replace(ph.HEADLINE_PPO, n_envs=2, n_steps=64, batch_size=64,
+                                                                n_epochs=1, net_arch=(16,)),
                     rods={"calibration_groups": 4, "synth_every": 1, "parents_per_round": 2,
                           "variants_per_parent": 2})
     offline = ph.offline_set(out, scale.offline_n)
