@@ -6,6 +6,8 @@ features view (``--env-id`` for another), one curriculum per arm, at equal env-s
     nice -n 5 python benchmarks/ppo_headline.py --scale cpu  # all arms x 5 seeds, 196,608 steps, <= 60 min on 2 cores
     python benchmarks/ppo_headline.py --scale gpu --jobs 16  # 10 seeds, 196,608 steps: a 16-core box (SCALES)
     python benchmarks/ppo_headline.py --scale cpu --report-only   # tables and plots from the runs on disk
+    python benchmarks/ppo_headline.py --scale cpu --dev --arms rods --rods '{"synth_every": 1}' --out DIR
+        # RODS knobs scored on the dev split only (dev_report.md), never on test
 
 Arms (every one through ``CurriculumEnv`` + ``CurriculumCallback``: the task source picks each
 batch's tasks, G episodes each, and observes the same returns PPO trained on, no extra episode):
@@ -18,6 +20,7 @@ batch's tasks, G episodes each, and observes the same returns PPO trained on, no
     replay_only   ablation: boundary-prioritized replay of the seeds, no synthesis
     naive         ablation: RODS with the structure-blind resampler
     rods_random   ablation: RODS with synthesis parents drawn at random instead of from the boundary
+    rods_augment  both: RODS's task source, every episode in the augmented env (does RODS add to augmentation?)
 
 Protocol: the same PPO settings, G, tasks per batch and env-step budget for every arm (the budget is
 a multiple of PPO's rollout size, so every arm stops at exactly the same step count); greedy
@@ -61,8 +64,10 @@ from _de_stats import (bootstrap_ci, difference_ci, group_records, late_silent_f
 from _ppo_view import PPOConfig  # noqa: E402
 from _script import run_script  # noqa: E402
 
-ARMS = ("fixed", "rods", "augment", "offline", "procedural", "replay_only", "naive", "rods_random")
-RODS_FAMILY = ("rods", "replay_only", "naive", "rods_random")
+ARMS = ("fixed", "rods", "augment", "offline", "procedural", "replay_only", "naive", "rods_random",
+        "rods_augment")
+RODS_FAMILY = ("rods", "replay_only", "naive", "rods_random", "rods_augment")
+AUGMENTED = ("augment", "rods_augment")  # the arms that train in the augmented env
 SPLITS = ("test", "ood")
 # the features view (issue 40a: rods_gym.renderers.features; Box observation, Discrete candidate actions);
 # ``--env-id rods/ToolChain-Easy-Structured-v0`` is the structured view of examples/sb3_rods.py
@@ -195,8 +200,8 @@ def make_source(arm: str, seed: int, scale: Scale, offline_path: Path | None) ->
         return ProceduralSource(seed)
     if arm == "replay_only":
         return ReplayOnlySource(seeds, cfg, seed)
-    if arm in ("rods", "naive", "rods_random"):
-        cls = {"rods": RODSSource, "naive": NaiveRODSSource, "rods_random": RandomParentRODSSource}[arm]
+    if arm in ("rods", "naive", "rods_random", "rods_augment"):
+        cls = {"naive": NaiveRODSSource, "rods_random": RandomParentRODSSource}.get(arm, RODSSource)
         held = _held_out()
         return cls(seeds, default_resampler(naive=arm == "naive", decontaminate=held), cfg, seed, decontaminate=held)
     raise ValueError(f"unknown arm {arm!r}; choose from {', '.join(ARMS)}")
@@ -228,8 +233,8 @@ def offline_set(out: Path, n: int, seed: int = 0) -> Path:
 
 # -- environments and evaluation -----------------------------------------------------------------
 def train_env_id(arm: str, env_id: str) -> str:
-    """The env the arm trains in: the augmented twin for "augment", else ``env_id``."""
-    if arm != "augment":
+    """The env the arm trains in: the augmented twin for the AUGMENTED arms, else ``env_id``."""
+    if arm not in AUGMENTED:
         return env_id
     import gymnasium as gym
 
@@ -247,7 +252,7 @@ def eval_tasks(scale: Scale) -> dict[str, list[Any]]:
     from rods_gym import load_split
 
     out = {}
-    for split in SPLITS:
+    for split in scale.eval_tasks:  # test and ood; dev alone under --dev
         tasks = load_split(split)
         k = scale.eval_tasks.get(split, 0)
         if 0 < k < len(tasks):
@@ -509,7 +514,7 @@ def summarize(runs: Mapping[str, Mapping[int, Mapping[str, Any]]], meta: Mapping
         summary["random"] = {s: _ci(np.array([e["success"] for e in baseline["eval"][s]], dtype=np.float64),
                                     f"random/{s}") for s in SPLITS}
     summary["targets"] = check_targets(arms)
-    summary["differences"] = {f"{a} - {b}": curve_differences(runs, a, b) for a in ("rods", "naive")
+    summary["differences"] = {f"{a} - {b}": curve_differences(runs, a, b) for a in ("rods", "naive", "rods_augment")
                               for b in ("fixed", "augment", "offline", "procedural") if a in runs and b in runs}
     return summary
 
@@ -768,6 +773,22 @@ def plots(summary: Mapping[str, Any], out: Path) -> dict[str, str]:
     return files
 
 
+def dev_report(runs: Mapping[str, Mapping[int, Mapping[str, Any]]], scale: Scale, command: str, code: str) -> str:
+    """``--dev``: final greedy success on the dev split per arm (95% CI over seeds x tasks), for choosing knobs."""
+    lines = [f"# PPO headline, dev split only ({scale.name} scale, {scale.budget:,} env steps)", "",
+             f"Command: `{command}`; code {code}; RODS overrides: {json.dumps(dict(scale.rods))}", "",
+             "| arm | seeds | dev success [95% CI] | dev progress | distinct tasks | silent fraction |",
+             "|---|---|---|---|---|---|"]
+    for arm, by_seed in runs.items():
+        last = [by_seed[s]["points"][-1] for s in sorted(by_seed)]
+        ci = _ci(np.array([q["eval"]["dev"]["success"] for q in last], dtype=np.float64), f"{arm}/dev")
+        progress = float(np.mean([q["eval"]["dev"]["progress"] for q in last]))
+        silent = float(np.mean([g["silent"] for r in by_seed.values() for g in r["groups"]]))
+        lines.append(f"| {arm} | {len(last)} | {_fmt(ci)} | {progress:.3f} | "
+                     f"{np.mean([r['distinct_tasks'] for r in by_seed.values()]):.0f} | {silent:.3f} |")
+    return "\n".join(lines)
+
+
 # -- main ----------------------------------------------------------------------------------------
 def code_version() -> str:
     """The commit the code ran at, and whether rods_gym/ or trainer/ had uncommitted changes."""
@@ -806,6 +827,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="worker processes (at most 2 on the 2-core CPU machine)")
     ap.add_argument("--out", type=Path, default=None, help="default benchmarks/out/ppo_headline/SCALE")
     ap.add_argument("--report-only", action="store_true", help="summarize the runs on disk, train nothing")
+    ap.add_argument("--dev", action="store_true",
+                    help="evaluate on the dev split only (for choosing RODS's knobs; test and OOD are not touched)")
+    ap.add_argument("--rods", default="{}", help="JSON dict of RODSConfig overrides for the RODS-family arms")
+    ap.add_argument("--group-size", type=int, default=None,
+                    help="G, episodes per task appearance, for every arm; tasks per batch becomes "
+                         "(the scale's G x tasks per batch) // G, so a batch keeps its episode count")
     args = ap.parse_args(argv)
 
     scale = SCALES[args.scale]
@@ -815,6 +842,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         scale = replace(scale, seeds=tuple(range(args.seeds)))
     if args.budget is not None:
         scale = replace(scale, budget=args.budget)
+    if args.group_size is not None:
+        episodes = scale.group_size * scale.tasks_per_batch
+        if args.group_size < 2 or episodes % args.group_size:
+            raise ValueError(f"--group-size must be >= 2 (a group needs a variance) and divide the batch's "
+                             f"{episodes} episodes, got {args.group_size}")
+        scale = replace(scale, group_size=args.group_size, tasks_per_batch=episodes // args.group_size)
+    overrides = json.loads(args.rods)
+    if not isinstance(overrides, dict):
+        raise ValueError(f"--rods must be a JSON object of RODSConfig fields, got {args.rods!r}")
+    if overrides:
+        scale = replace(scale, rods={**scale.rods, **overrides})
+        rods_config(scale)  # names a bad field or value now, not in a worker
+    if args.dev:
+        scale = replace(scale, eval_tasks={"dev": 0})
     scale.eval_at()  # checks the budget
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     unknown = [a for a in arms if a not in ARMS]
@@ -849,10 +890,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             for fut in cf.as_completed(futures):
                 j, r = futures[fut], fut.result()
                 last = r["points"][-1]["eval"]
-                print(f"{j.arm:12s} seed {j.seed}: test {np.mean(last['test']['success']):.3f} ood "
-                      f"{np.mean(last['ood']['success']):.3f}, {r['distinct_tasks']} distinct tasks, "
-                      f"{r['seconds']:.0f} s ({time.perf_counter() - t0:.0f} s so far)", flush=True)
+                print(f"{j.arm:12s} seed {j.seed}: " + " ".join(f"{s} {np.mean(e['success']):.3f}"
+                                                                  for s, e in last.items())
+                      + f", {r['distinct_tasks']} distinct tasks, {r['seconds']:.0f} s "
+                      f"({time.perf_counter() - t0:.0f} s so far)", flush=True)
     runs = load_runs(out, arms, scale.seeds)
+    if args.dev:
+        text = dev_report(runs, scale, "python " + " ".join(shlex.quote(a) for a in sys.argv), code_version())
+        (out / "dev_report.md").write_text(text + "\n")
+        print(text)
+        return 0
     base_path = out / "random_baseline.json"
     if base_path.exists():
         baseline = json.loads(base_path.read_text())

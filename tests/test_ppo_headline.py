@@ -54,6 +54,7 @@ def test_every_arm_runs_the_same_env_step_budget(ph, tiny_runs) -> None:
     assert {r["env_steps"] for r in tiny_runs.values()} == {256}
     assert {tuple(p["env_steps"] for p in r["points"]) for r in tiny_runs.values()} == {(128, 256)}
     assert tiny_runs["augment"]["env_id"].startswith("rods/ToolChain-Aug-")
+    assert tiny_runs["rods_augment"]["env_id"] == tiny_runs["augment"]["env_id"]  # RODS's source, augmented env
     assert all(r["eval_env_id"] == ph.DEFAULT_ENV_ID for r in tiny_runs.values())  # eval never augmented
 
 
@@ -177,3 +178,23 @@ def test_bad_arguments_are_named(ph) -> None:
         ph.main(["--jobs", "3"])
     with pytest.raises(ValueError, match="not a registered environment"):
         ph.main(["--env-id", "rods/Nope-v0"])
+    with pytest.raises(ValueError, match=r"unknown fields \['nope'\]"):
+        ph.main(["--rods", '{"nope": 1}'])
+    with pytest.raises(ValueError, match="--rods must be a JSON object"):
+        ph.main(["--rods", "[1]"])
+    with pytest.raises(ValueError, match="--group-size must be >= 2"):
+        ph.main(["--group-size", "3"])  # smoke: 4 tasks x G=4 = 16 episodes per batch
+
+
+def test_dev_mode_evaluates_on_dev_only_and_reports_it(ph, tiny_runs) -> None:
+    """``--dev`` (for choosing RODS's knobs) swaps the evaluation sets for the dev split, so no test or OOD task
+    is scored while knobs are chosen; its report reads the dev scores of the runs."""
+    scale = replace(ph.SCALES["smoke"], eval_tasks={"dev": 0})
+    sets = ph.eval_tasks(scale)
+    assert list(sets) == ["dev"] and [t.id for t in sets["dev"]] == [t.id for t in load_split("dev")]
+    run = dict(tiny_runs["rods"])
+    run["points"] = [{**p, "eval": {"dev": {"success": [1.0, 0.0, 1.0, 1.0], "progress": [1.0, 0.5, 1.0, 1.0]}}}
+                     for p in run["points"]]
+    text = ph.dev_report({"rods": {0: run}}, scale, "cmd", "abc")
+    row = next(ln for ln in text.splitlines() if ln.startswith("| rods |"))
+    assert row.startswith("| rods | 1 | 0.750 [") and "| 0.875 |" in row
