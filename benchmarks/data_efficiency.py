@@ -2,7 +2,7 @@
 
     python benchmarks/data_efficiency.py --scale smoke                 # CI, under a minute (plumbing only)
     python benchmarks/data_efficiency.py --scale smoke --results none  # the same, RESULTS.md left as it is
-    python benchmarks/data_efficiency.py --scale cpu --jobs 2          # all arms x 3 seeds, 26 min measured on 2 cores (RESULTS.md)
+    python benchmarks/data_efficiency.py --scale cpu                   # the headline arms x 5 seeds on 2 cores (RESULTS.md)
     python benchmarks/data_efficiency.py --scale gpu                   # a real instruct model (see configs/gpu.yaml)
     python benchmarks/data_efficiency.py --scale cpu --report-only     # tables and plots from the runs so far
 

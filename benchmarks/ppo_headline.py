@@ -27,7 +27,9 @@ a multiple of PPO's rollout size, so every arm stops at exactly the same step co
 (``deterministic=True``) evaluation on the test and OOD splits (all 400 / 200 tasks at cpu scale) at
 ``len(eval_at)`` points of the budget, in the plain (not augmented) env; 95% bootstrap CIs over
 seeds x tasks (``_de_stats.bootstrap_ci``). RODS's knobs are the library defaults scaled to the
-batch (``rods_config``); none was tuned on test (nor, so far, on dev). Per run, every observed group
+batch (``rods_config``); none was tuned on test. On dev (``--dev``, RESULTS.md "Choosing RODS's knobs on
+dev") only the group size mattered: ``--group-size 2`` is the dev-chosen setting, G = 8 (the paper's) the
+scales' default. Per run, every observed group
 is recorded (task, seed or not, mu, u = 4 var, silent, the RODS region at that appearance), so the
 silent fraction over training, the distinct tasks trained on and the boundary-vs-rest variance ratio
 come from the same groups PPO trained on.
