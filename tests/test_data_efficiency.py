@@ -173,7 +173,9 @@ def test_scale_files_are_valid_and_errors_name_the_problem(de, tmp_path: Path) -
         scale = de.main.load_scale(name)
         assert scale.eval_at[-1] == scale.rollout_budget
     cpu = de.main.load_scale("cpu")
-    assert len(cpu.seeds) >= 3 and set(cpu.arms) == set(de.main.ARMS)
+    # the headline's protocol (issue 40): its four arms, >= 5 seeds, >= 5 evaluation points; ablations by --arms
+    assert len(cpu.seeds) >= 5 and len(cpu.eval_at) >= 5
+    assert set(cpu.arms) == {"fixed", "rods", "augment", "offline"} and set(cpu.arms) <= set(de.main.ARMS)
     assert cpu.eval_at[0] * 20 <= cpu.rollout_budget  # target 1 (<= 1/20 of the trajectories) is checkable
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"arms": ["fixed", "magic"], "seeds": [0], "rollout_budget": 8, "eval_at": [8],
