@@ -3,7 +3,7 @@ features view (``--env-id`` for another), one curriculum per arm, at equal env-s
 
     python benchmarks/ppo_headline.py --scale smoke          # CI: every arm, tiny, < 2 min
     python benchmarks/ppo_headline.py --scale short          # all arms x 5 seeds, 12,288 steps, ~12 min on 2 cores
-    nice -n 5 python benchmarks/ppo_headline.py --scale cpu  # all arms x 5 seeds, 196,608 steps, <= 60 min on 2 cores
+    nice -n 5 python benchmarks/ppo_headline.py --scale cpu  # all 9 arms x 5 seeds, 196,608 steps, ~50 min on 2 cores
     python benchmarks/ppo_headline.py --scale gpu --jobs 16  # 10 seeds, 196,608 steps: a 16-core box (SCALES)
     python benchmarks/ppo_headline.py --scale cpu --report-only   # tables and plots from the runs on disk
     python benchmarks/ppo_headline.py --scale cpu --dev --arms rods --rods '{"synth_every": 1}' --out DIR
@@ -123,7 +123,7 @@ SCALES: dict[str, Scale] = {
     "short": Scale("short", seeds=(0, 1, 2, 3, 4), budget=12_288, n_points=5, eval_tasks={"test": 0, "ood": 0},
                    offline_n=17_000),
     # 40a's saturation regime, where fixed-400 is the limit (benchmarks/ppo_regime.py: train 0.83 vs test 0.43 at
-    # 196,608 steps; procedural 0.57 on test), all 8 arms x 5 seeds in ~55 min on the 2-core CPU (--jobs 2)
+    # 196,608 steps; procedural 0.57 on test), all 9 arms x 5 seeds in ~50 min on the 2-core CPU (--jobs 2)
     "cpu": Scale("cpu", seeds=(0, 1, 2, 3, 4), budget=196_608, n_points=8, eval_tasks={"test": 0, "ood": 0},
                  offline_n=17_000, ppo=SATURATION_PPO),
     # the same with 10 seeds on a many-core box (the learner is a small MLP: a GPU does not help it): --jobs 16
