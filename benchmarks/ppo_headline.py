@@ -63,7 +63,7 @@ if str(HERE) not in sys.path:  # the helper modules next to this script
 
 from _de_stats import (bootstrap_ci, difference_ci, group_records, late_silent_flags, region_variance,  # noqa: E402
                        rng_for, silent_windows)
-from _ppo_view import PPOConfig  # noqa: E402
+from _ppo_view import SATURATION_PPO, PPOConfig  # noqa: E402
 from _script import run_script  # noqa: E402
 
 ARMS = ("fixed", "rods", "augment", "offline", "procedural", "replay_only", "naive", "rods_random",
@@ -110,10 +110,6 @@ class Scale:
             raise ValueError(f"scale {self.name}: {chunks} PPO rollouts cannot hold {self.n_points} evaluation points")
         return [r * round(chunks * (i + 1) / self.n_points) for i in range(self.n_points)]
 
-
-# the PPO settings 40a chose on dev for its saturation regime (benchmarks/ppo_regime.py)
-SATURATION_PPO = PPOConfig(n_envs=8, n_steps=256, batch_size=512, n_epochs=4, learning_rate=1e-3, gamma=0.99,
-                           ent_coef=0.02, net_arch=(128, 128))
 
 SCALES: dict[str, Scale] = {
     "smoke": Scale("smoke", seeds=(0,), budget=2048, n_points=2, eval_tasks={"test": 12, "ood": 6}, offline_n=48,
@@ -254,9 +250,8 @@ def eval_tasks(scale: Scale) -> dict[str, list[Any]]:
     from rods_gym import load_split
 
     out = {}
-    for split in scale.eval_tasks:  # test and ood; dev alone under --dev
+    for split, k in scale.eval_tasks.items():  # test and ood; dev alone under --dev
         tasks = load_split(split)
-        k = scale.eval_tasks.get(split, 0)
         if 0 < k < len(tasks):
             tasks = [tasks[int(i)] for i in np.linspace(0, len(tasks) - 1, k).round().astype(int)]
         out[split] = tasks
@@ -897,8 +892,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                       + f", {r['distinct_tasks']} distinct tasks, {r['seconds']:.0f} s "
                       f"({time.perf_counter() - t0:.0f} s so far)", flush=True)
     runs = load_runs(out, arms, scale.seeds)
+    command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
     if args.dev:
-        text = dev_report(runs, scale, "python " + " ".join(shlex.quote(a) for a in sys.argv), code_version())
+        text = dev_report(runs, scale, command, code_version())
         (out / "dev_report.md").write_text(text + "\n")
         print(text)
         return 0
@@ -909,7 +905,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         baseline = random_baseline(scale, args.env_id, env_kwargs, scale.seeds)
         base_path.write_text(json.dumps(baseline))
     summary = summarize(runs, task_meta(scale), baseline)
-    setup = {"scale": args.scale, "command": "python " + " ".join(shlex.quote(a) for a in sys.argv),
+    setup = {"scale": args.scale, "command": command,
              "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
              "machine": f"{platform.machine()}, {os.cpu_count()} cores ({platform.node()})",
              "wall_seconds": time.perf_counter() - t0, "env_id": args.env_id, "env_kwargs": env_kwargs,
