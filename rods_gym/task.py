@@ -21,6 +21,17 @@ import numpy as np
 
 TURN_TYPES = ("plain", "missing_param", "missing_tool", "answer")
 
+# The turn types the task sets are stratified by (a task's ``meta["stratum"]``: the task-set builder's STRATA), in
+# the words reports use (benchmarks/RESULTS.md): the one place a stratum's name for people is defined.
+STRATUM_NAMES = {"plain": "plain", "answer": "information goal", "multi_turn": "two user turns",
+                 "missing_param": "withheld parameter", "missing_tool": "withheld tool"}
+
+
+def stratum_name(stratum: str) -> str:
+    """A stratum in words (``answer`` -> ``information goal``); a name not in ``STRATUM_NAMES`` (BFCL's
+    categories) as it is."""
+    return STRATUM_NAMES.get(stratum, stratum)
+
 
 def format_value(value: Any) -> str:
     """How a value is written in an answer (the same as in a tool's JSON output)."""

@@ -10,6 +10,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from accelerate import Accelerator
@@ -52,7 +53,40 @@ def tiny_config(task_file: Path, run_dir: Path, **extra: str) -> TrainConfig:
     return load_config(None, overrides)
 
 
+def record_progress_bars(monkeypatch: pytest.MonkeyPatch) -> list:
+    """Every tqdm bar the trainer's phases create from now on (warm start, GRPO, evaluations), kept for checks."""
+    from tqdm.auto import tqdm
+
+    from rods_gym.trainer import evaluation, loop, sft
+
+    bars: list = []
+
+    class Recorded(tqdm):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.shown = not self.disable  # close() disables a bar: whether it was shown is kept here
+            bars.append(self)
+
+    for module in (evaluation, loop, sft):
+        monkeypatch.setattr(module, "tqdm", Recorded)
+    return bars
+
+
 # -- config ---------------------------------------------------------------------------------
+def test_the_grpo_budget_is_a_number_of_steps_in_every_shipped_config() -> None:
+    """A wall-clock cap would make a run's result depend on the machine's speed: it stays an option, off by default
+    and in every shipped config; the main job's budget is its 60 steps."""
+    from rods_gym.trainer.config import CONFIG_DIR
+
+    assert TrainConfig().time_limit_min == 0
+    shipped = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+    assert len(shipped) >= 7 and {"default", "bfcl_chat", "oracle"} <= set(shipped)
+    for name in shipped:
+        assert load_config(name).time_limit_min == 0, name
+    assert load_config("default").steps == 60
+    assert load_config("default", ["time_limit_min=8"]).time_limit_min == 8.0  # still available as an option
+
+
 def test_shipped_configs_load_and_overrides_apply() -> None:
     cfg = load_config("default", ["grpo.lr=1e-4", "rollout.group_size=4", "eval.splits=[dev,test]", "steps=7"])
     assert cfg.grpo.lr == 1e-4 and cfg.rollout.group_size == 4 and cfg.eval.splits == ("dev", "test")
@@ -323,8 +357,9 @@ def test_pipeline_runs_the_chat_view_end_to_end(tmp_path: Path, monkeypatch: pyt
         return real_train_sft(*args, **kwargs)
 
     monkeypatch.setattr(pipeline, "train_sft", spy)
+    bars = record_progress_bars(monkeypatch)
     before = torch.get_num_threads()
-    cfg = load_config("chat_tiny", [f"run_dir={tmp_path / 'chat'}", "tensorboard=false", "progress_bar=false",
+    cfg = load_config("chat_tiny", [f"run_dir={tmp_path / 'chat'}", "tensorboard=false", "progress_bar=true",
                                     "eval.splits=[dev]", "eval.tasks=2", "sft.demos=4", "rollout.max_action_tokens=24",
                                     "threads=1", "sft.threads=2", "eval.samples=2"])
     try:
@@ -332,6 +367,14 @@ def test_pipeline_runs_the_chat_view_end_to_end(tmp_path: Path, monkeypatch: pyt
         assert sft_threads == [2] and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+    # every phase that takes a while shows a progress bar, the evaluations before and after GRPO included
+    shown = {bar.desc: (bar.n, bar.total) for bar in bars if bar.shown}
+    assert set(shown) == {"demonstrations", "sft", "evaluation before GRPO", "grpo", "evaluation after GRPO"}
+    assert shown["evaluation before GRPO"] == shown["evaluation after GRPO"] == (6, 6)  # 2 tasks x (1 greedy + 2)
+    assert shown["grpo"] == (2, 2)
+    out = capsys.readouterr().out
+    assert out.startswith(f"run chat_tiny in {tmp_path / 'chat'}/: ")  # the first line names the run directory
+    assert out.rstrip().splitlines()[-1].startswith("GRPO ")  # the verdict line ends the job
     assert summary["grpo_steps"] == 2 and summary["episodes"] == summary["rollouts"] == 8
     assert set(summary["before"]) == set(summary["after"]) == {"dev"}
     for when in ("before", "after"):  # eval.samples: 2 sampled episodes per task beside the greedy one
@@ -378,22 +421,82 @@ def test_warm_start_data_seeds_or_fresh_sampled_tasks() -> None:
         load_config(None, ["sft.data=everything"])
 
 
-def test_before_after_table_pairs_depths_read_back_from_json() -> None:
-    """A resumed run reads ``eval_before.json`` (string depth keys); each depth still gets one row."""
-    from rods_gym.trainer.pipeline import _success_table
+def test_before_after_table_is_in_words_and_pairs_depths_read_back_from_json() -> None:
+    """The job's final table: plain-word rows (greedy / sampled said in each), turn types named as reports name
+    them, in their order; a resumed run reads ``eval_before.json`` (string depth keys) and each depth still gets one
+    row; a stratum one side lacks shows nan there."""
+    from rods_gym.task import STRATUM_NAMES
+    from rods_gym.trainer.pipeline import results_table
 
     after = {"test": {"success": 0.5, "progress": 0.6, "per_depth": {1: {"success": 0.75}, 2: {"success": 0.25}},
-                      "per_stratum": {"plain": {"success": 0.5}, "missing_tool": {"success": 0.125}}}}
+                      "per_stratum": {"plain": {"success": 0.5}, "missing_tool": {"success": 0.125},
+                                      "answer": {"success": 0.375}},
+                      "sampled": {"samples": 2, "success": 0.4, "progress": 0.55}}}
     before = json.loads(json.dumps({"test": {"success": 0.25, "progress": 0.5,
                                              "per_depth": {1: {"success": 0.5}, 2: {"success": 0.0}},
-                                             "per_stratum": {"plain": {"success": 0.25}}}}))
-    rows = _success_table(before, after).splitlines()
-    assert [r.split()[1:] for r in rows if "depth" in r] == [["depth", "1", "0.500", "0.750"],
-                                                             ["depth", "2", "0.000", "0.250"]]
-    # per turn type, after the depths; a stratum one side lacks shows nan there
-    assert [r.split()[1:] for r in rows[5:]] == [["missing_tool", "nan", "0.125"], ["plain", "0.250", "0.500"]]
+                                             "per_stratum": {"plain": {"success": 0.25}, "answer": {"success": 0.25}},
+                                             "sampled": {"samples": 2, "success": 0.2, "progress": 0.45}}}))
+    table = results_table(before, after, temperature=0.7)
+    rows = {" ".join(line.split()[1:-2]): line.split()[-2:] for line in table.splitlines() if line.startswith("test ")}
+    assert rows["success (greedy)"] == ["0.250", "0.500"] and rows["progress (greedy)"] == ["0.500", "0.600"]
+    assert rows["success at depth 1 (greedy)"] == ["0.500", "0.750"]
+    assert rows["success at depth 2 (greedy)"] == ["0.000", "0.250"]
+    assert rows["success, information goal (greedy)"] == ["0.250", "0.375"]  # answer, in words
+    assert rows["success, withheld tool (greedy)"] == ["nan", "0.125"]
+    assert rows["success (sampled, 2 per task at T=0.7)"] == ["0.200", "0.400"]
+    assert rows["progress (sampled, 2 per task at T=0.7)"] == ["0.450", "0.550"]
+    header = next(line for line in table.splitlines() if line.startswith("split"))
+    assert header.split()[-4:] == ["before", "GRPO", "after", "GRPO"]
+    assert "success: share of tasks solved; progress: share of a task's required calls made" in table
+    # no code names left: turn types in words, in the order reports list them
+    assert not any(word in table for word in ("answer", "missing_tool", "multi_turn", "succ T", "prog T"))
+    turn_rows = [name for name in rows if name.startswith("success, ")]
+    assert turn_rows == ["success, plain (greedy)", "success, information goal (greedy)", "success, withheld tool (greedy)"]
+    assert list(STRATUM_NAMES)[:2] == ["plain", "answer"]
     del before["test"]["per_stratum"]  # an eval_before.json written before strata were reported
-    assert [r.split()[1] for r in _success_table(before, after).splitlines()[5:]] == ["missing_tool", "plain"]
+    assert "success, plain (greedy)" in results_table(before, after, temperature=0.7)
+
+
+def test_job_ends_with_paired_intervals_a_verdict_and_its_artifacts(tmp_path: Path) -> None:
+    """The job's last lines: after - before paired by task with a 95% interval, one verdict line per split (improved /
+    lowered / not measurably changed, by the interval's sign), and the files it wrote with how to use each."""
+    from rods_gym.trainer.evaluation import paired_difference
+    from rods_gym.trainer.pipeline import artifacts_block, verdict_lines
+
+    def evaluation(successes: list[float]) -> dict:
+        return {"success": float(np.mean(successes)), "progress": 0.5,
+                "per_task": {f"t{i}": [s, 0.5] for i, s in enumerate(successes)}}
+
+    before = {"test": evaluation([0.0] * 100)}
+    better = {"test": evaluation([1.0] * 30 + [0.0] * 70)}
+    ci = paired_difference(before["test"], better["test"])
+    assert ci is not None and ci["diff"] == pytest.approx(0.3) and 0.2 < ci["lo"] < 0.3 < ci["hi"] < 0.4
+    assert ci == paired_difference(before["test"], better["test"])  # a seeded bootstrap: the same interval again
+    lines = verdict_lines(before, better)
+    assert lines[-1] == (f"GRPO improved held-out success by +0.300 [{ci['lo']:+.3f}, {ci['hi']:+.3f}] "
+                         "(test, greedy, 100 tasks)")
+    assert "after - before, paired by task (95% bootstrap interval over the tasks):" in lines
+    same = {"test": evaluation([1.0] + [0.0] * 99)}
+    assert verdict_lines(before, same)[-1].startswith("GRPO did not change held-out success measurably: +0.010 [")
+    assert verdict_lines(better, before)[-1].startswith("GRPO lowered held-out success by -0.300 [")
+    old = {"test": {"success": 0.0, "progress": 0.0}}  # an eval_before.json from before per-task figures
+    assert paired_difference(old["test"], better["test"]) is None
+    assert "no per-task figures to pair" in "\n".join(verdict_lines(old, better))
+
+    run = tmp_path / "run"
+    for d in ("sft_policy", "checkpoints/step-000060/policy"):
+        (run / d).mkdir(parents=True)
+    (run / "sft_policy" / "config.json").write_text("{}")
+    (run / "checkpoints" / "step-000060" / "trainer_state.pt").write_text("")
+    block = artifacts_block(load_config("default", [f"run_dir={run}"]), run)
+    assert block.splitlines()[1] == f"what the run wrote ({run}/):"
+    for name, use in (("sft_policy/", f"rods evaluate --policy {run / 'sft_policy'}"),
+                      ("checkpoints/step-000060/policy/",
+                       f"rods evaluate --policy {run / 'checkpoints' / 'step-000060' / 'policy'}"),
+                      ("tensorboard/", f"tensorboard --logdir {run / 'tensorboard'}"),
+                      ("summary.json", ""), ("metrics.jsonl", ""), ("training_curve.png", "")):
+        line = next(line for line in block.splitlines() if line.strip().startswith(name))
+        assert line.endswith(use)
 
 
 def test_turn_slack_budgets_training_episodes_only() -> None:

@@ -27,7 +27,8 @@ __all__ = ["CONFIG_DIR", "DataConfig", "EvalConfig", "GRPOConfig", "LoRAConfig",
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    """``tiny`` (the embedded Llama built from these sizes, nothing downloaded) or a hub name / local path."""
+    """``tiny`` (the embedded Llama built from these sizes, nothing downloaded), a named offline model
+    (``smollm2-135m``: SmolLM2-135M-Instruct from a PyPI package, ``models.py``) or a hub name / local path."""
 
     model: str = "tiny"
     local_files_only: bool = True  # never download at run time; set false to allow hub downloads
@@ -134,8 +135,10 @@ class TrainConfig:
     name: str = "default"
     run_dir: str = "runs/default"
     seed: int = 0
-    steps: int = 1000  # GRPO steps (upper bound; time_limit_min may stop earlier)
-    time_limit_min: float = 0.0  # wall-clock budget of the GRPO phase in minutes (0: none)
+    steps: int = 1000  # the GRPO budget, in steps (rollout.tasks_per_step x rollout.group_size episodes each)
+    # an optional wall-clock cap on the GRPO phase in minutes (0, the default: none). Off in every shipped config:
+    # a time cap makes the result depend on the machine's speed (a slower CPU stops after fewer steps)
+    time_limit_min: float = 0.0
     log_every: int = 1
     checkpoint_every: int = 25
     keep_checkpoints: int = 2

@@ -413,7 +413,8 @@ def grpo_train(cfg: TrainConfig, policy: Policy, seeds: Sequence[TaskSpec], *, r
         if eval_sets and cfg.eval.every and (step + 1) % cfg.eval.every == 0 and (evaluate_last or step + 1 < cfg.steps):
             with torch_threads(cfg.eval.threads):
                 res = evaluate_sets(eval_engine, eval_sets, accelerator, cfg.eval.batch_episodes, unwrapped,
-                                    cfg.eval.samples, cfg.seed)
+                                    cfg.eval.samples, cfg.seed,
+                                    progress=f"evaluation at step {step + 1}" if cfg.progress_bar else None)
             evals.append({"step": step + 1, **{k: eval_scalars(v) for k, v in res.items()}})
             if main and logger is not None:
                 for rec in eval_records(evals[-1]):

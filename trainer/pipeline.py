@@ -25,12 +25,12 @@ from accelerate import Accelerator
 
 import rods_gym  # noqa: F401  (registers the environments)
 from rods_gym.registration import DIFFICULTY_NAMES
-from rods_gym.task import TaskSpec
+from rods_gym.task import STRATUM_NAMES, TaskSpec, stratum_name
 
 from .checkpoint import latest_checkpoint, latest_policy, refuse_stale_checkpoints
 from .messages import note
 from .config import TrainConfig, save_config
-from .evaluation import evaluate_sets, figures_line
+from .evaluation import evaluate_sets, figures_line, paired_difference
 from .loop import LoopResult, env_kwargs, eval_scalars, evaluation_engine, grpo_train
 from .metrics import MetricsLogger, read_jsonl
 from .plots import plot_training_curve
@@ -153,29 +153,98 @@ def log_before_after(cfg: TrainConfig, run_dir: Path, before: Mapping[str, Any],
     logger.close()
 
 
-def _success_table(before: Mapping[str, Any], after: Mapping[str, Any]) -> str:
-    """Greedy success and progress before and after GRPO, then greedy success per depth and per turn type
-    (stratum), then the sampled episodes' figures."""
-    width = 13
-    lines = [f"{'split':8s} {'metric':{width}s} {'before':>7s} {'after':>7s}"]
+TABLE_KEY = ("success: share of tasks solved; progress: share of a task's required calls made; depth: the longest "
+             "chain of calls that each need an earlier call's result")
+
+
+def stratum_order(name: str) -> tuple[int, str]:
+    """Turn types in the order ``STRATUM_NAMES`` lists them (as reports do), others after them by name."""
+    known = list(STRATUM_NAMES)
+    return (known.index(name) if name in known else len(known), name)
+
+
+def results_table(before: Mapping[str, Any], after: Mapping[str, Any], temperature: float) -> str:
+    """Held-out figures before and after GRPO in words, one row each: greedy success and progress, greedy success
+    per depth and per turn type (named as in reports: ``rods_gym.task.stratum_name``), then the sampled
+    episodes' success and progress. A figure one side lacks (an ``eval_before.json`` saved before strata were
+    reported) shows as nan."""
+    def sampled_label(split: str) -> str:
+        k = before[split].get("sampled", {}).get("samples", 0)
+        return f"sampled, {k} per task at T={temperature:g}"
+
+    rows: list[tuple[str, str, float, float]] = []
     for split in before:
+        b, a = before[split], after[split]
         for metric in ("success", "progress"):
-            lines.append(f"{split:8s} {metric:{width}s} {before[split][metric]:7.3f} {after[split][metric]:7.3f}")
-        # depth keys are ints in a fresh summary and strings once read back from JSON (a resumed run);
-        # an eval_before.json written before per_stratum existed has no strata
-        for key, label, order in (("per_depth", "depth {}", int), ("per_stratum", "{}", str)):
-            b_part = {str(k): v for k, v in before[split].get(key, {}).items()}
-            a_part = {str(k): v for k, v in after[split].get(key, {}).items()}
+            rows.append((split, f"{metric} (greedy)", b[metric], a[metric]))
+        # depth keys are ints in a fresh summary and strings once read back from JSON (a resumed run)
+        for key, label, order in (("per_depth", "success at depth {} (greedy)", int),
+                                  ("per_stratum", "success, {} (greedy)", stratum_order)):
+            b_part = {str(k): v for k, v in b.get(key, {}).items()}
+            a_part = {str(k): v for k, v in a.get(key, {}).items()}
             for name in sorted(set(b_part) | set(a_part), key=order):
-                b = b_part.get(name, {}).get("success", float("nan"))
-                a = a_part.get(name, {}).get("success", float("nan"))
-                lines.append(f"{split:8s} {label.format(name):{width}s} {b:7.3f} {a:7.3f}")
-        if "sampled" in before[split] and "sampled" in after[split]:
-            k = before[split]["sampled"]["samples"]
+                shown = stratum_name(name) if key == "per_stratum" else name
+                rows.append((split, label.format(shown), b_part.get(name, {}).get("success", float("nan")),
+                             a_part.get(name, {}).get("success", float("nan"))))
+        if "sampled" in b and "sampled" in a:
             for metric in ("success", "progress"):
-                lines.append(f"{split:8s} {metric[:4] + f' T x{k}':{width}s} {before[split]['sampled'][metric]:7.3f} "
-                             f"{after[split]['sampled'][metric]:7.3f}")
+                rows.append((split, f"{metric} ({sampled_label(split)})", b["sampled"][metric], a["sampled"][metric]))
+    width = max(len(r[1]) for r in rows)
+    lines = ["", TABLE_KEY, f"{'split':6s} {'figure':{width}s} {'before GRPO':>11s} {'after GRPO':>11s}"]
+    lines += [f"{split:6s} {label:{width}s} {x:11.3f} {y:11.3f}" for split, label, x, y in rows]
     return "\n".join(lines)
+
+
+def verdict_lines(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
+    """after - before, paired by task, with 95% bootstrap intervals over tasks (``evaluation.paired_difference``):
+    greedy and sampled success per split, then one verdict line per split on its greedy success."""
+    lines = ["", "after - before, paired by task (95% bootstrap interval over the tasks):"]
+    verdicts = []
+    for split in before:
+        pairs = [("greedy", before[split], after[split])]
+        if "sampled" in before[split] and "sampled" in after[split]:
+            pairs.append(("sampled", before[split]["sampled"], after[split]["sampled"]))
+        for kind, b, a in pairs:
+            ci = paired_difference(b, a, "success")
+            if ci is None:
+                lines.append(f"  {split} success ({kind}): no per-task figures to pair (an evaluation saved by an "
+                             "older version); run the job again in a new --run-dir")
+                continue
+            lines.append(f"  {split} success ({kind}): {ci['diff']:+.3f} [{ci['lo']:+.3f}, {ci['hi']:+.3f}] "
+                         f"over {ci['tasks']} tasks")
+            if kind == "greedy":
+                verdicts.append(verdict(split, ci))
+    return lines + verdicts
+
+
+def verdict(split: str, ci: Mapping[str, float]) -> str:
+    """One line: did GRPO change held-out greedy success, by the paired interval's sign."""
+    figure = f"{ci['diff']:+.3f} [{ci['lo']:+.3f}, {ci['hi']:+.3f}] ({split}, greedy, {ci['tasks']} tasks)"
+    if ci["lo"] > 0:
+        return f"GRPO improved held-out success by {figure}"
+    if ci["hi"] < 0:
+        return f"GRPO lowered held-out success by {figure}"
+    return f"GRPO did not change held-out success measurably: {figure}"
+
+
+def artifacts_block(cfg: TrainConfig, run_dir: Path) -> str:
+    """What the run wrote that a user reads next, and how to use each."""
+    last = latest_checkpoint(run_dir / "checkpoints")
+    rows = [("config.yaml", "the run's whole config", f"rods train --run-dir {run_dir} --resume continues it")]
+    if (run_dir / "sft_policy" / "config.json").exists():
+        rows.append(("sft_policy/", "the warm start's policy", f"rods evaluate --policy {run_dir / 'sft_policy'}"))
+    if last is not None:
+        policy = last.relative_to(run_dir) / "policy"
+        rows.append((f"{policy}/", "the policy after GRPO", f"rods evaluate --policy {run_dir / policy}"))
+    rows += [("summary.json", "every figure above, as JSON", ""),
+             ("metrics.jsonl", "one line per GRPO step and per evaluation", "")]
+    if cfg.tensorboard:
+        rows.append(("tensorboard/", "the same, as charts", f"tensorboard --logdir {run_dir / 'tensorboard'}"))
+    rows.append(("training_curve.png", "training reward and held-out success per step", ""))
+    width = max(len(r[0]) for r in rows)
+    what = max(len(r[1]) for r in rows)
+    return "\n".join(["", f"what the run wrote ({run_dir}/):"]
+                     + [f"  {name:{width}s}  {text:{what}s}  {use}".rstrip() for name, text, use in rows])
 
 
 def warm_start(cfg: TrainConfig, policy: Policy, seeds: list, accelerator: Accelerator, run_dir: Path,
@@ -250,13 +319,15 @@ EVAL_BEFORE = "eval_before.json"  # the warm start's evaluation, written by rods
 
 
 def job_evaluation(cfg: TrainConfig, engine: RolloutEngine, eval_sets: Mapping[str, Sequence[TaskSpec]],
-                   accelerator: Accelerator, samples: int | None = None) -> dict[str, dict[str, Any]]:
+                   accelerator: Accelerator, samples: int | None = None, *,
+                   label: str = "evaluation") -> dict[str, dict[str, Any]]:
     """The job's evaluation of ``engine``'s policy on ``eval.threads``: greedy, plus ``samples`` (default
     ``eval.samples``) episodes per task sampled from the run seed's stream; what rods sft, rods train
-    (before and after GRPO) and rods evaluate report."""
+    (before and after GRPO) and rods evaluate report. A progress bar named ``label`` unless ``progress_bar=false``."""
     with torch_threads(cfg.eval.threads):
         return evaluate_sets(engine, eval_sets, accelerator, cfg.eval.batch_episodes, engine.policy.model,
-                             cfg.eval.samples if samples is None else samples, cfg.seed)
+                             cfg.eval.samples if samples is None else samples, cfg.seed,
+                             progress=label if cfg.progress_bar else None)
 
 
 def same_evaluation(saved: Mapping[str, Any], eval_sets: Mapping[str, Sequence[TaskSpec]], samples: int,
@@ -523,6 +594,8 @@ def run_training(cfg: TrainConfig, *, resume: bool = False, inputs: RunInputs | 
     policy.model.to(accelerator.device)  # a GPU's from the start: the evaluation before GRPO runs there too
     log = lambda *a: _print(accelerator, *a)  # noqa: E731
     run_dir = Path(cfg.run_dir)
+    log(f"run {cfg.name} in {run_dir}/: env {cfg.data.env_id} ({mode} view), {len(seeds)} seed tasks, eval on "
+        + ", ".join(f"{k} ({len(v)} tasks)" for k, v in eval_sets.items()) + f", {accelerator.num_processes} process(es)")
     if not resume and (run_dir / "sft_policy" / "config.json").exists() and cfg.sft.enabled:
         log(f"note: {run_dir / 'sft_policy'} holds a finished warm start; this new run trains its own and replaces "
             "it (--resume reuses it)")
@@ -534,8 +607,6 @@ def run_training(cfg: TrainConfig, *, resume: bool = False, inputs: RunInputs | 
         if using_fallback(split):
             log(f"note: envs/tasksets/{split}.jsonl is not built; using seeded {cfg.data.fallback_difficulty} "
                 "sampler tasks instead")
-    log(f"run {cfg.name}: env {cfg.data.env_id} ({mode} view), {len(seeds)} seed tasks, eval on "
-        + ", ".join(f"{k} ({len(v)} tasks)" for k, v in eval_sets.items()) + f", {accelerator.num_processes} process(es)")
 
     n_params = sum(p.numel() for p in policy.model.parameters())
     log(f"policy {policy.name}: {n_params / 1e6:.2f}M parameters, vocabulary {len(policy.tokenizer)}")
@@ -552,7 +623,7 @@ def run_training(cfg: TrainConfig, *, resume: bool = False, inputs: RunInputs | 
             "before GRPO runs again on the warm start, so before and after compare the same episodes")
         before = None
     if before is None:
-        before = job_evaluation(cfg, engine, eval_sets, accelerator)
+        before = job_evaluation(cfg, engine, eval_sets, accelerator, label="evaluation before GRPO")
         if accelerator.is_main_process:
             before_file.write_text(json.dumps(before, indent=2))
     for split, res in before.items():
@@ -562,7 +633,7 @@ def run_training(cfg: TrainConfig, *, resume: bool = False, inputs: RunInputs | 
     loop: LoopResult = grpo_train(cfg, policy, seeds, run_dir=run_dir, accelerator=accelerator, eval_sets=eval_sets,
                                   resume=resume, source=inputs.source, evaluate_last=False)
     grpo_seconds = time.perf_counter() - t_grpo
-    after = job_evaluation(cfg, engine, eval_sets, accelerator)
+    after = job_evaluation(cfg, engine, eval_sets, accelerator, label="evaluation after GRPO")
     summary = {
         "name": cfg.name, "env_id": cfg.data.env_id, "policy": policy.name, "parameters": n_params,
         "processes": accelerator.num_processes, "sft": sft_record, "grpo_steps": loop.steps_done,
@@ -578,7 +649,7 @@ def run_training(cfg: TrainConfig, *, resume: bool = False, inputs: RunInputs | 
         points = curve_points(before, after, loop.evals, loop.steps_done, cfg.rollout.temperature)
         plot_training_curve(loop.history, points, run_dir / "training_curve.png",
                             title=f"{cfg.name}: {policy.name} on {cfg.data.env_id}")
-    log(_success_table(before, after))
+    log(results_table(before, after, cfg.rollout.temperature))
     extra = summary["rollouts"] - summary["episodes"]
     episodes = f"{summary['episodes']} episodes" + (f" (+{extra} more rolled out: refills or branches)" if extra else "")
     log(f"GRPO: {loop.steps_done} step{'' if loop.steps_done == 1 else 's'}, {episodes}, {grpo_seconds:.0f}s; "
@@ -587,4 +658,7 @@ def run_training(cfg: TrainConfig, *, resume: bool = False, inputs: RunInputs | 
         log(f"note: GRPO stopped at step {loop.steps_done} of {cfg.steps}: time_limit_min={cfg.time_limit_min:g} "
             f"(minutes of GRPO this run) ran out; `--resume steps={cfg.steps}` continues it, time_limit_min=0 "
             "lifts the limit")
+    if accelerator.is_main_process:
+        log(artifacts_block(cfg, run_dir))
+    log("\n".join(verdict_lines(before, after)))
     return summary
