@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import shlex
 
 import pytest
 
@@ -186,3 +187,58 @@ def test_play_a_given_task_and_refuse_bad_options(monkeypatch, capsys) -> None:
         assert main(["play", *argv]) == 2
         err = capsys.readouterr().err
         assert err.startswith("rods play: error: ") and words in err, (argv, err)
+
+
+@pytest.mark.parametrize("mode", ["chat", "compact"])
+def test_help_shows_how_to_type_each_kind_of_action(monkeypatch, capsys, mode) -> None:
+    """``:help`` names the three kinds of action with an example of each; the example call is valid syntax in the
+    view (the env rejects it, if at all, for its placeholder values, never as malformed)."""
+    out = _play(monkeypatch, capsys, ["--seed", "3", "--mode", mode], [":help"])
+    lines = out.splitlines()
+    assert any("type one action per line" in line for line in lines)
+    call = next(line for line in lines if line.strip().startswith("a tool call")).split("a tool call", 1)[1].strip()
+    shorthand = next(line for line in lines if "or the shorthand" in line).split("or the shorthand", 1)[1].strip().split("  ")[0]
+    question = next(line for line in lines if line.strip().startswith("a question"))
+    reply = next(line for line in lines if line.strip().startswith("a reply"))
+    assert ":tools  show the tools" in out and ":quit" in out
+    env = ToolChainEnv(mode=mode, difficulty="easy")
+    env.reset(seed=3)
+    assert parse_shorthand(shorthand.strip(), env.suite, mode) is not None
+    if mode == "chat":
+        body = json.loads(call)
+        assert body["name"] in env.episode.available_tools() and set(body["arguments"])
+        assert "'?'" in question and "e.g." in question and "e.g." in reply
+    else:
+        assert call.startswith("call ") and question.split()[2] == "ask" and reply.split()[2] == "reply"
+    _, _, _, _, info = env.step(call)
+    assert info["error"] != "malformed"
+
+
+def test_a_call_typed_with_bare_arguments_is_not_sent_and_shows_the_right_form(monkeypatch, capsys) -> None:
+    """``search_agent_tickets AGT-3830``: a tool name with arguments that are neither key=value nor JSON. The env
+    would take it as the final reply (return 0, episode over); play sends nothing, shows the forms with the typed
+    values in place, and the episode goes on: the suggested line then makes the call."""
+    seed = next(s for s in range(3, 40) if len(_oracle_lines("chat", "easy", s)[0]) > 2)
+    _, task = _oracle_lines("chat", "easy", seed)
+    first = task.calls[0]
+    assert not task.bound(first.id)  # every argument is typed by the user here
+    env = ToolChainEnv(mode="chat", difficulty="easy")
+    env.reset(seed=seed)
+    params = env.suite.tools[first.tool].params
+    ordered = [p.name for p in params if p.required] + [p.name for p in params if not p.required]
+    typed = f"{first.tool} " + " ".join(shlex.quote(str(first.args[k])) for k in ordered if k in first.args)
+    out = _play(monkeypatch, capsys, ["--seed", str(seed)], [typed])
+    assert f"not sent: {typed!r} looks like a call to {first.tool}" in out, out
+    assert REWARD_LINE.findall(out) == []  # nothing reached the env
+    assert "stopped: return 0.000" in out and "| 0 steps" in out  # the episode was not ended by it
+    suggested = out.split("Type it as\n", 1)[1].splitlines()[0].strip()
+    json_form = out.split("Type it as\n", 1)[1].splitlines()[2].strip()
+    assert json.loads(json_form) == {"name": first.tool, "arguments": json.loads(json.dumps(first.args))}
+    again = _play(monkeypatch, capsys, ["--seed", str(seed)], [typed, suggested])
+    rewards = REWARD_LINE.findall(again)
+    assert len(rewards) == 1 and rewards[0][2] == "none" and float(rewards[0][0]) > 0
+    # in a function-call form, and a tool name that is not there: the same refusal, naming what is wrong
+    out = _play(monkeypatch, capsys, ["--seed", str(seed)], [f"{first.tool}({', '.join(map(str, first.args.values()))})",
+                                                            "search_agnt_tickets AGT-3830", "thanks, that is all"])
+    assert out.count("not sent: ") == 2 and "no tool is named search_agnt_tickets" in out
+    assert "episode over" in out  # plain text is still the reply that ends the episode (the env's rule)

@@ -11,8 +11,13 @@ parameters). Type one action per line:
   ``reply $k``), or the shorthand ``tool_name param=$k ...``.
 
 Meta commands: ``:tools`` (show the tools), ``:hint`` (the oracle's next action),
-``:help``, ``:quit``; any other line starting with ``:`` is refused, not sent as a reply. After each action the observation, the reward and the progress are
-printed; the episode ends when the task is done, on your final reply, or at the step limit.
+``:help`` (the action syntax, with an example of each kind of action on this task's tools), ``:quit``; any
+other line starting with ``:`` is refused, not sent as a reply. In chat mode a line that looks like a tool name
+followed by arguments that are neither ``key=value`` pairs nor JSON (``search_agent_tickets AGT-3830``) is not
+sent either: the env would take it as the final reply and end the episode, so play shows the right forms
+instead (the env's own rule, plain text is a reply, stays; this is the terminal front end's job). After
+each action the observation, the reward and the progress are printed; the episode ends when the task is
+done, on your final reply, or at the step limit.
 """
 
 from __future__ import annotations
@@ -30,8 +35,10 @@ from ..suite import Suite
 
 SPLITS = ("train", "dev", "test", "ood")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+# a word shaped like a tool name: snake_case with at least one underscore (send_email, search_agent_tickets)
+_TOOL_SHAPED = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+")
 MAX_INPUT_LINES = 2000  # bounds the loop even when meta commands never end the episode
-META_HELP = ":tools  show the tools   :hint  the oracle's next action   :help  this text   :quit  stop"
+META_HELP = ":tools  show the tools   :hint  the oracle's next action   :help  how to type an action   :quit  stop"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -81,6 +88,94 @@ def parse_shorthand(line: str, suite: Suite, mode: str) -> str | None:
     props = suite.tools[name].parameters["properties"] if name in suite.tools else {}
     args = {k: _coerce(v, props.get(k)) for k, v in pairs}
     return "<tool_call>" + json.dumps({"name": name, "arguments": args}) + "</tool_call>"
+
+
+def _placeholder(schema: dict[str, Any]) -> Any:
+    """An example value of a parameter's JSON type, for the help text (never one of the task's own values)."""
+    if "enum" in schema:
+        return schema["enum"][0]
+    return {"integer": 1, "number": 1.5, "boolean": True}.get(schema.get("type", ""), "...")
+
+
+def call_forms(tool: str, args: dict[str, Any], mode: str) -> list[str]:
+    """The ways to type a call of ``tool`` with ``args`` in ``mode``: the view's own syntax and the shorthand."""
+    if mode == "compact":
+        slots = [f"{k} ${i}" for i, k in enumerate(args)]
+        return [" ".join(["call", tool, *slots]), " ".join([tool, *(f"{k}=${i}" for i, k in enumerate(args))])]
+    shorthand = " ".join([tool, *(f"{k}={shlex.quote(v) if isinstance(v, str) else json.dumps(v)}"
+                                  for k, v in args.items())])
+    return [json.dumps({"name": tool, "arguments": args}), shorthand]
+
+
+def action_help(env: ToolChainEnv) -> str:
+    """How to type each kind of action (a tool call, a question, a reply) in the episode's view, with an
+    example call of one of its tools, then the meta commands."""
+    assert env.episode is not None
+    available = env.episode.available_tools()
+    name = available[0] if available else next(iter(env.suite.tools))
+    tool = env.suite.tools[name]
+    args = {p.name: _placeholder(p.schema) for p in tool.params if p.required}
+    if env.mode == "compact":
+        own, short = call_forms(name, {k: None for k in args}, "compact")
+        lines = ["type one action per line (compact view; $k is a value slot, shown after each observation):",
+                 f"  a tool call   {own}",
+                 f"                or the shorthand  {short}",
+                 "  a question    ask                  (asks the user for a withheld value)",
+                 "  a reply       reply                (done; reply $k answers with the value in slot $k)"]
+    else:
+        own, short = call_forms(name, args, "chat")
+        lines = ["type one action per line (chat view):",
+                 f"  a tool call   {own}",
+                 f"                or the shorthand  {short}   (key=value, quote values with spaces)",
+                 "  a question    a line ending in '?', e.g.  Which account do you mean?",
+                 "  a reply       any other text, e.g.  Done: your order is cancelled.   "
+                 "(your answer to the user: it ends the current request)"]
+    return "\n".join(lines + [META_HELP])
+
+
+def malformed_call(line: str, suite: Suite) -> str | None:
+    """In the chat view, a line shaped like a call that would be sent as a reply (and so end the episode): a tool
+    name (a known one, or a snake_case word) followed by arguments that are neither ``key=value`` pairs nor JSON
+    (``search_agent_tickets AGT-3830``, ``get_order(ORD-1)``). Returns what to print instead (the right forms,
+    the values typed filled in where the tool is known), or None when the line is not shaped so."""
+    match = re.match(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(\(.*\)|\s.*)\s*$", line, re.S)
+    if match is None:
+        return None
+    name, rest = match.group(1), match.group(2).strip()
+    if name not in suite.tools and not _TOOL_SHAPED.fullmatch(name):
+        return None
+    try:
+        words = shlex.split(rest[1:-1].replace(",", " ") if rest.startswith("(") else rest)
+    except ValueError:
+        words = rest.split()
+    head = f"not sent: {line.strip()[:80]!r} looks like a call to {name}, but its arguments are neither key=value nor JSON"
+    if name not in suite.tools:
+        return (f"{head}, and no tool is named {name} (:tools lists this task's tools). A call is typed as\n"
+                f"  {name} key=value ...\n  " + json.dumps({"name": name, "arguments": {"key": "value"}}))
+    params = {p.name: p for p in suite.tools[name].params}
+    named, positional = {}, []
+    pending: str | None = None  # "order_id ORD-1": a parameter's name, then its value
+    for word in words:
+        key, eq, value = word.partition("=")
+        if eq and key in params:
+            named[key] = value
+        elif pending is not None:
+            named[pending], pending = word, None
+        elif word in params and word not in named:
+            pending = word
+        else:
+            positional.append(word)
+    values = iter(positional)  # the rest fill the parameters in order, required ones first
+    order = sorted(params.values(), key=lambda p: not p.required)
+    args = {}
+    for p in order:
+        value = named.get(p.name, next(values, None))
+        if value is not None or p.required:
+            args[p.name] = _placeholder(p.schema) if value is None else _coerce(value, p.schema)
+    own, short = call_forms(name, args, "chat")
+    signature = ", ".join(f"{p.name}{'*' if p.required else ''}: {p.schema.get('type', 'any')}" for p in params.values())
+    return (f"{head}. Type it as\n  {short}\nor\n  {own}\n({name}({signature}); * = required. "
+            "A reply to the user that starts with a tool name would end the episode: word it otherwise)")
 
 
 def describe_tools(env: ToolChainEnv) -> str:
@@ -135,7 +230,7 @@ def play(env: ToolChainEnv, seed: int, read: Callable[[str], str] = input,
         if line in (":q", ":quit", ":exit"):
             break
         if line == ":help":
-            write(META_HELP)
+            write(action_help(env))
             continue
         if line == ":tools":
             write("tools\n" + describe_tools(env))
@@ -146,7 +241,12 @@ def play(env: ToolChainEnv, seed: int, read: Callable[[str], str] = input,
         if line.startswith(":"):
             write(f"unknown command {line.split()[0]}; {META_HELP}")
             continue
-        action = parse_shorthand(line, env.suite, env.mode) or line
+        action = parse_shorthand(line, env.suite, env.mode)
+        refused = malformed_call(line, env.suite) if action is None and env.mode == "chat" else None
+        if refused is not None:
+            write(refused)
+            continue
+        action = action or line
         obs, reward, terminated, truncated, info = env.step(action)
         total += reward
         steps += 1
