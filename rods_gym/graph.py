@@ -101,13 +101,33 @@ def longest_chain(g: nx.MultiDiGraph, max_depth: int = 12, limit: int = 200_000)
     return best[0]
 
 
+def edge_counts(g: nx.MultiDiGraph) -> dict[str, int]:
+    """Edges (one per producer, consumer and consumer parameter) and the tool pairs they join (what a drawing
+    shows as one arrow), all and cross-domain: the one count both ``rods graph``'s statistics and its PNG use."""
+    pairs = {(u, v) for u, v in g.edges()}
+    return {"edges": g.number_of_edges(), "tool_pairs": len(pairs),
+            "cross_domain_edges": sum(1 for *_, d in g.edges(data=True) if d["cross_domain"]),
+            "cross_domain_tool_pairs": sum(1 for u, v in pairs if g.nodes[u]["domain"] != g.nodes[v]["domain"])}
+
+
+def graph_title(g: nx.MultiDiGraph) -> str:
+    """The PNG's title, in the words and numbers of the printed statistics (``edge_counts``)."""
+    c = edge_counts(g)
+    return (f"API dependency graph: {g.number_of_nodes()} tools, {c['edges']} edges (between {c['tool_pairs']} tool "
+            f"pairs), {c['cross_domain_edges']} cross-domain edges (between {c['cross_domain_tool_pairs']} tool "
+            "pairs, in red)")
+
+
 def graph_stats(g: nx.MultiDiGraph) -> dict[str, Any]:
     kinds = Counter(d["kind"] for _, d in g.nodes(data=True))
+    counts = edge_counts(g)
     return {
         "tools": g.number_of_nodes(),
-        "edges": g.number_of_edges(),
+        "edges": counts["edges"],
+        "tool_pairs": counts["tool_pairs"],
         "domains": len({d["domain"] for _, d in g.nodes(data=True)}),
-        "cross_domain_edges": sum(1 for *_, d in g.edges(data=True) if d["cross_domain"]),
+        "cross_domain_edges": counts["cross_domain_edges"],
+        "cross_domain_tool_pairs": counts["cross_domain_tool_pairs"],
         "tools_per_kind": dict(sorted(kinds.items())),
         "longest_chain": longest_chain(g),
         "chain_shapes_per_depth": chain_shapes(g),
@@ -162,8 +182,7 @@ def draw_graph(g: nx.MultiDiGraph, path: str | Path) -> None:
     for i, dom in enumerate(domains):
         ax.scatter([], [], color=cmap(i % 10), label=dom)
     ax.legend(loc="upper right")
-    ax.set_title(f"API dependency graph: {g.number_of_nodes()} tools, {g.number_of_edges()} edges "
-                 f"({len(cross)} cross-domain tool pairs in red)")
+    ax.set_title(graph_title(g))
     ax.axis("off")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -73,6 +73,28 @@ def test_cross_domain_edges(suite: Suite) -> None:
     assert len({a for a, _ in domains_linked}) == len(suite.domains)  # every domain feeds another
 
 
+def test_the_png_title_and_the_printed_statistics_count_the_same(suite: Suite, capsys) -> None:
+    """The drawing shows one arrow per tool pair and the statistics count one edge per parameter fed: both name
+    both counts in the same words (once the title said 514 cross-domain tool pairs and the statistics 550
+    cross-domain edges, as if they disagreed)."""
+    from rods_gym.cli import main
+    from rods_gym.graph import graph_stats, graph_title
+
+    g = suite.graph
+    stats = graph_stats(g)
+    cross = [(u, v) for u, v, d in g.edges(data=True) if d["cross_domain"]]
+    assert stats["cross_domain_edges"] == len(cross) > stats["cross_domain_tool_pairs"] == len(set(cross))
+    assert stats["tool_pairs"] == len(set(g.edges())) < stats["edges"]
+    title = graph_title(g)
+    edges = f"{stats['edges']} (between {stats['tool_pairs']} tool pairs)"
+    cross_edges = f"{stats['cross_domain_edges']} (between {stats['cross_domain_tool_pairs']} tool pairs"
+    assert f"{stats['edges']} edges (between {stats['tool_pairs']} tool pairs)" in title
+    assert f"{stats['cross_domain_edges']} cross-domain edges (between {stats['cross_domain_tool_pairs']} tool pairs" in title
+    assert main(["graph", "--samples", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"edges               {edges}" in out and f"cross-domain edges  {cross_edges}" in out
+
+
 def test_graph_stats(suite: Suite) -> None:
     stats = graph_stats(suite.graph)
     assert stats["tools"] == len(suite.tools)

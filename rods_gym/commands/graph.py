@@ -80,9 +80,10 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(stats, indent=2))
     else:
         print(f"tools               {stats['tools']}")
-        print(f"edges               {stats['edges']}")
+        print(f"edges               {stats['edges']} (between {stats['tool_pairs']} tool pairs)")
         print(f"domains             {stats['domains']}")
-        print(f"cross-domain edges  {stats['cross_domain_edges']}")
+        print(f"cross-domain edges  {stats['cross_domain_edges']} (between {stats['cross_domain_tool_pairs']} tool pairs; "
+              "the PNG draws them in red)")
         print(f"longest chain       {stats['longest_chain']} calls")
         print("tools per kind      " + ", ".join(f"{k} {v}" for k, v in stats["tools_per_kind"].items()))
         print("chain shapes        " + ", ".join(f"d{d}: {n}" for d, n in stats["chain_shapes_per_depth"].items())
