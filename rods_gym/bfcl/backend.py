@@ -115,6 +115,12 @@ class Backend:
             instance = backend_class(class_name)()
             if class_name not in STATELESS_CLASSES:
                 instance._load_scenario(copy.deepcopy(config.get(class_name, {})), long_context=task.long_context)
+                if task.long_context:  # TravelAPI adds long_context's module-level card and booking dicts by
+                    # reference: a charge to one changed it in every backend (the ground truth's too) and every
+                    # later episode of the process. Own copies, as a fresh process has.
+                    for attr, value in public_state(instance).items():
+                        if isinstance(value, (dict, list)):
+                            setattr(instance, attr, copy.deepcopy(value))
             self.instances[class_name] = instance
             defaults = mutable_defaults(class_name)
             for name in method_params(class_name):  # a later class's method of the same name wins, as in BFCL
