@@ -1,16 +1,27 @@
 """RODS resampling of BFCL tasks at tier 0: the same calls and signature, new argument values.
 
 A **span** is a ground-truth argument value the user states verbatim in the task's questions (a file name,
-a user id, a stock symbol, an amount). A variant swaps spans for other values *valid in the task's initial
-state*: the value's siblings in the involved classes' initial config (the other keys of its map or the same field of
-the other records: the other files of a folder, other users, other tickets) of the same shape (file extension,
-case, digit and space pattern), numbers redrawn at the same magnitude. The question
-is rewritten by the template the spans define (each span's text replaced), the ground truth by the same
-substitution. A variant is kept only when replaying its new ground truth on a fresh backend **verifies** it:
-no call fails (no ``Error during execution``, no ``error`` field, each result of the parent's kind with the same
-keys), every checked turn passes BFCL's rule, its signature equals the parent's, and it is not a copy of the
-parent, of an earlier variant or of a task to avoid (the test split). Values that the user states in
-another form (``Quasar Ltd.`` for the symbol ``QUAS``) or that come from earlier results are left alone.
+a user id, a stock symbol, an amount). A variant swaps spans for other values **of the kind their parameter
+takes** (the typed rule, :mod:`rods_gym.bfcl.valuekinds`): another existing file of the directory where the call
+runs, another ticker of the market, another airport, user id or ticket id of the backend's state, another member
+of a documented enum, a text from the pool of BFCL's texts of that field, a number at the same magnitude; never a
+value of another parameter, and never a credential or a label no pool holds. The question is rewritten by the
+template the spans define (each span's text replaced), the ground truth by the same substitution.
+
+A variant is kept only when
+
+1. replaying its new ground truth on a fresh backend **verifies** it: no call fails (no ``Error during
+   execution``, no ``error`` field, each result of the parent's kind with the same keys), every checked turn
+   passes BFCL's rule, its signature equals the parent's;
+2. **every swapped value matters** (the parent-fails rule): the variant's ground truth with any one swapped value
+   put back to the parent's does not pass the variant under the env's checker
+   (:func:`rods_gym.bfcl.scoring.check_transcript`: state and results turn by turn). With one swapped value this is
+   "the parent's ground truth fails the variant"; a value the backend neither stores nor returns
+   (``purchase_insurance.insurance_type``) can never pass it;
+3. it is not a copy of the parent, of an earlier variant or of a task to avoid (the test split).
+
+Values that the user states in another form (``Quasar Ltd.`` for the symbol ``QUAS``) or that come from earlier
+results are left alone.
 """
 
 from __future__ import annotations
@@ -18,9 +29,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -28,101 +38,13 @@ from .backend import Backend
 from .data import BFCLTask, Call, tasks_by_id
 from .scoring import check_transcript
 from .taskmodel import bfcl_signature
-
-EXT = re.compile(r"\.[A-Za-z0-9]{1,5}$")
-
-
-def shape(value: str) -> tuple:
-    """What a replacement must share with a value: file extension, case, title case, digits only, e-mail, word
-    count (1, 2, 3, more) and closing punctuation (a name stays a name, a sentence a sentence)."""
-    ext = EXT.search(value)
-    return (ext.group().lower() if ext else "", value.isupper(), value.istitle(), value.isdigit(), "@" in value,
-            min(len(value.split()), 4), value[-1:] in ".!?")
+from .valuekinds import Slot, config_pools, draw, slots
 
 
 def span_pattern(texts: "Sequence[str]") -> "re.Pattern[str]":
     """Occurrences of the texts as whole tokens (not inside a longer word: ``test`` is not in ``latest``)."""
     alts = "|".join(re.escape(t) for t in sorted(texts, key=len, reverse=True))
     return re.compile(rf"(?<![A-Za-z0-9_])(?:{alts})(?![A-Za-z0-9_])")
-
-
-def _is_map(d: dict) -> bool:
-    """A dict of like values (records by id, names to ids): its keys are interchangeable."""
-    if len(d) < 2:
-        return False
-    kinds = {type(v).__name__ if not isinstance(v, dict) else "dict" for v in d.values()}
-    return len(kinds) == 1
-
-
-def _groups(obj: Any, path: tuple, out: dict[tuple, set[str]]) -> None:
-    """Strings of the config by generalized path (a map's keys and list indices read ``*``): the siblings of a
-    value (the other files of its folder, the other users' ids, the other tickets' titles)."""
-    if isinstance(obj, dict):
-        is_map = _is_map(obj)
-        for k, v in obj.items():
-            out.setdefault(path + ("<key>",), set()).add(str(k))
-            _groups(v, path + ("*" if is_map else str(k),), out)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            _groups(v, path + ("*",), out)
-    elif isinstance(obj, str):
-        out.setdefault(path, set()).add(obj)
-
-
-def state_values(task: BFCLTask) -> dict[str, list[str]]:
-    """For every string of the initial config, its siblings of the same :func:`shape` (sorted: a stable order)."""
-    groups: dict[tuple, set[str]] = {}
-    for cls in task.involved_classes:
-        _groups(task.initial_config.get(cls, {}), (cls,), groups)
-    out: dict[str, set[str]] = {}
-    for members in groups.values():
-        members = {m for m in members if 2 <= len(m) <= 60 and "\n" not in m}
-        for m in members:
-            out.setdefault(m, set()).update(x for x in members if x != m and shape(x) == shape(m))
-    return {k: sorted(v) for k, v in out.items()}
-
-
-def config_strings(task: BFCLTask) -> set[str]:
-    groups: dict[tuple, set[str]] = {}
-    for cls in task.involved_classes:
-        _groups(task.initial_config.get(cls, {}), (cls,), groups)
-    return set().union(*groups.values()) if groups else set()
-
-
-@lru_cache(maxsize=1)
-def global_names() -> dict[tuple, list[str]]:
-    """Short strings (2-60 characters) of every task's initial config, by shape: fresh values for what a user
-    invents (a new file or folder name, a message's text), which no sibling in the task's own state stands for."""
-    out: dict[tuple, set[str]] = {}
-    for task in tasks_by_id().values():
-        for s in config_strings(task):
-            if 2 <= len(s) <= 60 and "\n" not in s and not s.isdigit():
-                out.setdefault(shape(s), set()).add(s)
-    return {k: sorted(v) for k, v in out.items()}
-
-
-@lru_cache(maxsize=None)
-def _enums() -> dict[str, dict[str, tuple]]:
-    from .data import FUNC_DOC_FILES, func_docs
-
-    out: dict[str, dict[str, tuple]] = {}
-    for cls in FUNC_DOC_FILES:
-        for doc in func_docs(cls):
-            for param, spec in doc["parameters"].get("properties", {}).items():
-                if "enum" in spec:
-                    out.setdefault(doc["name"], {})[param] = tuple(spec["enum"])
-    return out
-
-
-def enum_values(task: BFCLTask, value: Any) -> tuple:
-    """The documented enum of the parameter(s) ``value`` is passed to, if any."""
-    enums = _enums()
-    for turn in task.ground_truth:
-        for call in turn:
-            for param, v in call.args.items():
-                if v == value and param in enums.get(call.name, {}):
-                    return enums[call.name][param]
-    return ()
 
 
 def spans(task: BFCLTask) -> list[Any]:
@@ -138,14 +60,6 @@ def spans(task: BFCLTask) -> list[Any]:
                 if len(s) >= 2 and value not in found and span_pattern([s]).search(text):
                     found.append(value)
     return found
-
-
-def _new_number(value: int | float, rng: np.random.Generator) -> int | float:
-    if isinstance(value, int):
-        lo, hi = max(1, int(value * 0.5)), max(2, int(value * 1.5))
-        return int(rng.integers(lo, hi + 1))
-    decimals = len(str(value).split(".")[1]) if "." in str(value) else 0
-    return round(float(value) * float(rng.uniform(0.5, 1.5)), decimals)
 
 
 def _substitute(value: Any, mapping: dict[Any, Any]) -> Any:
@@ -168,10 +82,40 @@ def _rewrite(text: str, mapping: dict[Any, Any]) -> str:
 
 
 def apply(task: BFCLTask, mapping: dict[Any, Any], new_id: str) -> BFCLTask:
+    """The variant of ``task`` that swaps ``mapping``'s values: questions rewritten, ground truth substituted."""
     questions = tuple(tuple({**m, "content": _rewrite(m["content"], mapping)} for m in turn) for turn in task.questions)
-    gt = tuple(tuple(Call(c.name, {k: _substitute(v, mapping) for k, v in c.args.items()}) for c in turn)
-               for turn in task.ground_truth)
-    return dataclasses.replace(task, id=new_id, questions=questions, ground_truth=gt)
+    return dataclasses.replace(task, id=new_id, questions=questions, ground_truth=_ground_truth(task, mapping))
+
+
+def changes(parent: BFCLTask, variant: BFCLTask) -> dict[Any, Any]:
+    """The swap a variant made: parent value -> new value, read off the two ground truths argument by argument
+    (first occurrence). Raises ValueError if the two do not have the same calls and parameters."""
+    out: dict[Any, Any] = {}
+    if [[(c.name, tuple(c.args)) for c in t] for t in parent.ground_truth] != \
+            [[(c.name, tuple(c.args)) for c in t] for t in variant.ground_truth]:
+        raise ValueError(f"{variant.id} does not have the calls and parameters of {parent.id}")
+    for turn_p, turn_v in zip(parent.ground_truth, variant.ground_truth):
+        for cp, cv in zip(turn_p, turn_v):
+            for k, old in cp.args.items():
+                new = cv.args[k]
+                if old != new and not isinstance(old, (list, dict)) and old not in out:
+                    out[old] = new
+    return out
+
+
+def _ground_truth(task: BFCLTask, mapping: Mapping[Any, Any]) -> tuple[tuple[Call, ...], ...]:
+    return tuple(tuple(Call(c.name, {k: _substitute(v, dict(mapping)) for k, v in c.args.items()}) for c in turn)
+                 for turn in task.ground_truth)
+
+
+def parent_fails(parent: BFCLTask, variant: BFCLTask, mapping: Mapping[Any, Any]) -> bool:
+    """The parent-fails rule (module docstring, 2): for every swapped value, the variant's ground truth with that
+    value put back fails the variant under the env's checker; so the parent's own ground truth fails it."""
+    for key in mapping:
+        rest = {k: v for k, v in mapping.items() if k != key}
+        if check_transcript(variant, _ground_truth(parent, rest)).success:
+            return False
+    return True
 
 
 def _result_shape(text: str) -> tuple:
@@ -206,70 +150,81 @@ def verify(parent: BFCLTask, variant: BFCLTask, parent_trace: list | None = None
 
 @dataclasses.dataclass(frozen=True)
 class ResampleStats:
+    """Candidates tried (``tried`` = ``duplicate`` + ``replay_failed`` + ``parent_passes`` + ``passed``: rejected as
+    a copy or a task to avoid, by the replay, by the parent-fails rule, or passing all three), variants returned
+    (``verified``: passing ones, up to ``n`` per parent); ``typed_slots`` of ``spans``: stated values with a
+    swappable kind, of all stated values."""
+
     tried: int
     verified: int
+    passed: int = 0
+    duplicate: int = 0
+    replay_failed: int = 0
+    parent_passes: int = 0
+    spans: int = 0
+    typed_slots: int = 0
 
 
 class BFCLResampler:
     """Tier-0 variants of BFCL tasks (see the module docstring). ``avoid``: tasks whose signature and argument
-    set a variant must not reproduce (the test split: decontamination). Each span is first tried alone with up
-    to ``probe`` sibling values; a variant then swaps a random non-empty subset of the swappable spans."""
+    set a variant must not reproduce (the test split: decontamination), whose configs the typed pools also leave
+    out. Each typed span is first tried alone with up to ``probe`` values of its kind; a variant then swaps a
+    random non-empty subset of the spans that had a kept probe. ``parent_fails=False`` turns the parent-fails rule
+    off (an ablation: to count what it removes)."""
 
-    def __init__(self, avoid: Sequence[BFCLTask] = (), probe: int = 4, max_tries: int = 4) -> None:
+    def __init__(self, avoid: Sequence[BFCLTask] = (), probe: int = 4, max_tries: int = 4,
+                 parent_fails: bool = True) -> None:
         from .split import content_key
 
         self._content_key = content_key
         self.avoid = {content_key(t) for t in avoid}
+        self.pools = config_pools(frozenset(t.id for t in avoid))
         self.probe = probe
         self.max_tries = max_tries
-        self.tried = 0
-        self.verified = 0
+        self.parent_fails = parent_fails
+        self.counts = {f.name: 0 for f in dataclasses.fields(ResampleStats)}
 
-    def _alternatives(self, task: BFCLTask, value: Any, pools: dict[str, list[str]], text: str,
-                      rng: np.random.Generator) -> list[Any]:
-        if isinstance(value, str):
-            options = [s for s in pools.get(value, []) if s not in text]
-            enum = enum_values(task, value)
-            if enum:  # a documented enum (on/off, a unit...): the other members
-                options = [e for e in enum if e != value and e not in text]
-            elif not options and value not in pools:  # a value the user invents
-                state = pools.keys()
-                options = [s for s in global_names().get(shape(value), []) if s not in text and s not in state]
-            order = rng.permutation(len(options))[: self.probe]
-            return [options[int(k)] for k in order]
-        out = []
-        for _ in range(self.probe):
-            new = _new_number(value, rng)
-            if new != value and str(new) not in text and new not in out:
-                out.append(new)
-        return out
+    def slots(self, task: BFCLTask, stated: Sequence[Any] | None = None) -> dict[Any, Slot]:
+        """The task's stated values (``stated``, default :func:`spans`) with a swappable kind
+        (:func:`rods_gym.bfcl.valuekinds.slots`)."""
+        return slots(task, spans(task) if stated is None else stated, self.pools)
 
-    def _check(self, parent: BFCLTask, variant: BFCLTask, trace: list, seen: set) -> bool:
-        self.tried += 1
+    def _check(self, parent: BFCLTask, variant: BFCLTask, mapping: Mapping[Any, Any], trace: list,
+               seen: set) -> bool:
+        self.counts["tried"] += 1
         key = self._content_key(variant)
-        if key in seen or key in self.avoid or not verify(parent, variant, trace):
+        if key in seen or key in self.avoid:
+            self.counts["duplicate"] += 1
             return False
+        if not verify(parent, variant, trace):
+            self.counts["replay_failed"] += 1
+            return False
+        if self.parent_fails and not parent_fails(parent, variant, mapping):
+            self.counts["parent_passes"] += 1
+            return False
+        self.counts["passed"] += 1
         seen.add(key)
         return True
 
     def resample(self, task: BFCLTask, n: int, rng: np.random.Generator) -> list[BFCLTask]:
         """Up to ``n`` verified, distinct variants of ``task`` (ids ``<task id>.v<k>``)."""
-        pools = state_values(task)
         text = "\n".join(task.user_text(t) for t in range(task.n_turns))
+        stated = spans(task)
+        typed = self.slots(task, stated)
+        self.counts["spans"] += len(stated)
+        self.counts["typed_slots"] += len(typed)
         trace = _trace(task)
         seen = {self._content_key(task)}
         out: list[BFCLTask] = []
         swappable: dict[Any, list[Any]] = {}
-        for value in spans(task):  # probe each span alone; a verified probe is a variant too
-            for new in self._alternatives(task, value, pools, text, rng):
+        for value, slot in typed.items():  # probe each span alone; a kept probe is a variant too
+            for new in draw(slot, self.probe, rng, text):
                 variant = apply(task, {value: new}, f"{task.id}.v{len(out)}")
-                if self._check(task, variant, trace, seen):
+                if self._check(task, variant, {value: new}, trace, seen):
                     swappable.setdefault(value, []).append(new)
                     if len(out) < n:
                         out.append(variant)
-                        self.verified += 1
-        if not swappable:
-            return out
+                        self.counts["verified"] += 1
         keys = list(swappable)
         for _ in range(n * self.max_tries):
             if len(out) >= n or len(keys) < 2:
@@ -279,13 +234,30 @@ class BFCLResampler:
             if len({str(v) for v in mapping.values()}) < len(mapping):
                 continue
             variant = apply(task, mapping, f"{task.id}.v{len(out)}")
-            if self._check(task, variant, trace, seen):
+            if self._check(task, variant, mapping, trace, seen):
                 out.append(variant)
-                self.verified += 1
+                self.counts["verified"] += 1
         return out
 
     def stats(self) -> ResampleStats:
-        return ResampleStats(self.tried, self.verified)
+        return ResampleStats(**self.counts)
+
+    # the two counters a trainer's checkpoint keeps (rods_gym.bfcl.trainer.BFCLRodsSource.state_dict)
+    @property
+    def tried(self) -> int:
+        return self.counts["tried"]
+
+    @tried.setter
+    def tried(self, value: int) -> None:
+        self.counts["tried"] = int(value)
+
+    @property
+    def verified(self) -> int:
+        return self.counts["verified"]
+
+    @verified.setter
+    def verified(self, value: int) -> None:
+        self.counts["verified"] = int(value)
 
 
 def variant_to_dict(task: BFCLTask, parent_id: str) -> dict[str, Any]:

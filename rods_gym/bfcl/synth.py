@@ -3,8 +3,10 @@
     rods synth --bfcl --n 1000 --seed 0 --out runs/bfcl/variants.jsonl
 
 Parents are the train split's tasks (``--seeds train``, or ``all``, or a category name) in a seeded order; each
-gets up to ``ceil(n / parents)`` variants, every one verified by replaying its new ground truth and
-decontaminated against the test split (no test task's signature and argument set). The output is JSON lines
+gets up to ``ceil(n / parents)`` variants, every one with swapped values of the kinds their parameters take
+(:mod:`rods_gym.bfcl.valuekinds`), verified by replaying its new ground truth, failed by the parent's ground truth
+(every swapped value changes the backend state or a checked result) and decontaminated against the test split
+(no test task's signature and argument set). The ``stats`` line counts the candidates each check rejected. The output is JSON lines
 (:func:`rods_gym.bfcl.resample.variant_to_dict`: the parent id, questions and ground truth; no initial state,
 which is the parent's), the same for the same arguments; ``rods_gym.bfcl.resample.read_variants`` reads it and
 ``gym.make("rods/BFCL-MultiTurn-v0", tasks=...)`` plays it.
@@ -13,6 +15,7 @@ which is the parent's), the same for the same arguments; ``rods_gym.bfcl.resampl
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -75,8 +78,10 @@ def run_bfcl(args: argparse.Namespace) -> int:
     stats = resampler.stats()
     print(f"wrote {made} verified BFCL variants to {args.out} in {elapsed:.1f} s ({made / max(elapsed, 1e-9):.1f}/s) "
           f"from {len(parents)} of {len(seeds)} parents ({args.seeds}); decontaminated against {len(avoid)} test tasks")
-    print("stats: " + json.dumps({"tried": stats.tried, "verified": stats.verified,
-                                  "verified_share": round(stats.verified / max(stats.tried, 1), 4)}))
+    print("stats: " + json.dumps({**dataclasses.asdict(stats),
+                                  "verified_share": round(stats.verified / max(stats.tried, 1), 4),
+                                  "parents_covered": len(parents), "parents_covered_share":
+                                  round(len(parents) / max(len(seeds), 1), 4)}))
     if made < args.n:
         print(f"rods synth: only {made} of {args.n} variants: tier 0 covers {len(parents)} of the {len(seeds)} parents "
               "(the rest state no argument that has a valid alternative)", file=sys.stderr)
