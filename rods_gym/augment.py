@@ -1,11 +1,22 @@
-"""Environment augmentation: the same tasks in a perturbed environment (the baseline arm).
+"""Environment augmentation: the same task instances in a perturbed environment.
 
-:class:`AugmentWrapper` (a ``gymnasium.Wrapper`` around :class:`~rods_gym.env.ToolChainEnv`)
-applies, per episode and each with its own intensity in [0, 1] (:class:`AugmentConfig`):
+Two named configurations of one wrapper, :class:`AugmentWrapper` (a ``gymnasium.Wrapper`` around
+:class:`~rods_gym.env.ToolChainEnv`), serve two curriculum arms:
 
-================  ==================================================================  ============
-augmentation      what changes                                                        modes
-================  ==================================================================  ============
+* ``augment`` (:data:`FAITHFUL`, ``AugmentConfig()``, ``AugmentConfig.faithful()``): the paper's baseline,
+  environment augmentation as EnvTuning defines it. The environment is perturbed, the task instance is not:
+  the values the user states, the required calls, their arguments and bindings and the answer stay those
+  of the seed. **No new samples.**
+* ``augment_redraw`` (:data:`WITH_REDRAW`, ``AugmentConfig.redraw()``): the same perturbations plus
+  ``redraw_world``: with probability 0.5 per episode the task's values are re-instantiated on another world
+  seed (:meth:`rods_gym.resampler.Resampler.redraw`), a new instance of the seed's structure each time.
+  That is per-episode instance resampling (online synthesis without boundary selection), not augmentation.
+
+Per episode, each perturbation with its own intensity in [0, 1] (:class:`AugmentConfig`):
+
+================  ==================================================================  ==============
+perturbation      what changes                                                        views
+================  ==================================================================  ==============
 error_hints       each error message gets an actionable hint (what was wrong, how     chat
                   to fix it: the closest tool name, the missing argument and its
                   type, which available tool yields an unknown id...) with this
@@ -20,46 +31,53 @@ reorder_params    probability that a tool's parameters are listed in another ord
 paraphrase        probability that a tool's description is reworded                  chat
 distractors       extra distractor tools: Binomial(max_extra_distractors, p) per      all
                   episode, preferring the task's domains and kinds
+perturb_world     Binomial(max_world_edits, p) edits of the episode's world: extra    all (seen in
+                  records (a search or list may also return them) and changed         tool results)
+                  fields of records the task never touches; an edit that would
+                  change a used output or fail a required call is dropped
+                  (:mod:`rods_gym.world_perturbation`)
 redraw_world      probability that the task's values are re-instantiated on another   all
-                  world seed (same tools, dependencies, turn types and id; see
-                  :meth:`rods_gym.resampler.Resampler.redraw`); kept as is when that
-                  fails within bounds
-================  ==================================================================  ============
+                  world seed: a new instance (``augment_redraw`` only; 0 in
+                  ``augment``)
+================  ==================================================================  ==============
 
-The compact and structured views keep their closed vocabularies and fixed spaces, so they
-get only the task-level augmentations (distractors and redrawn worlds): renaming would
-leave the vocabulary, reordering would move argument slots, and their error observations
-are an error class and the parameters it concerns, without text for hints or paraphrases.
+The chat-only perturbations live in the chat view's translating renderer
+(:class:`rods_gym.renderers.augmented_chat.AugmentedChatRenderer`), which the wrapper installs in chat mode.
+The compact and structured views keep their closed vocabularies and fixed spaces, so renaming would leave
+the vocabulary, reordering would move argument slots, and their error observations are an error class and
+the parameters it concerns, without text for hints or paraphrases. The features view never shows a tool's
+or a value's identity (a candidate is described by what it does relative to the conversation), so renaming,
+reordering and paraphrasing would change nothing there. Distractors add tools to every view (in the
+features view: call candidates for them), and a perturbed world shows in every view's tool results.
+``docs/augmentation.md`` has the per-view table and the changelog.
 
-In chat mode the wrapper installs a translating renderer in the wrapped env, so
-``env.unwrapped.tools`` / ``messages`` / ``info["new_messages"]`` show the episode's names
-and ``env.unwrapped.encode`` / ``oracle_action()`` produce actions in them: the oracle
-(``rods_gym.solve(env)``) solves every augmented episode. All draws come from the
-wrapper's own generator, seeded by ``AugmentConfig.seed`` and by ``reset(seed=...)``.
+The oracle (``rods_gym.solve(env)``) solves every augmented episode. All draws come from the wrapper's own
+generator, seeded by ``AugmentConfig.seed`` and by ``reset(seed=...)``.
 """
 
 from __future__ import annotations
 
-import difflib
-import re
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import gymnasium as gym
 import numpy as np
 
-from .domain import ToolSpec
-from .episode import Action, ToolCall
+from .renderers.augmented_chat import AugmentedChatRenderer, EpisodeAugmentation, paraphrase
 from .resampler import Resampler
 from .task import TaskSpec
+from .world_perturbation import WorldPerturbation, perturb_world
+
+__all__ = ["AugmentConfig", "AugmentWrapper", "EpisodeAugmentation", "FAITHFUL", "PRESETS", "WITH_REDRAW",
+           "make_augmented_env", "paraphrase"]
 
 RNG_SALT = 0xA06
-MAX_ERROR_CHARS = 560  # the chat view cuts error observations at 600 characters (with its prefix)
 
 
 @dataclass(frozen=True)
 class AugmentConfig:
-    """Intensities in [0, 1] per augmentation (0 turns it off) and the wrapper's seed."""
+    """Intensities in [0, 1] per perturbation (0 turns it off), the bounds of the counted ones, and the
+    wrapper's seed. The defaults are the faithful baseline (``redraw_world=0``: no new samples)."""
 
     error_hints: float = 1.0
     rename_tools: float = 0.5
@@ -67,8 +85,10 @@ class AugmentConfig:
     reorder_params: float = 0.5
     paraphrase: float = 0.5
     distractors: float = 0.5
-    redraw_world: float = 0.5
+    perturb_world: float = 0.5
+    redraw_world: float = 0.0
     max_extra_distractors: int = 3
+    max_world_edits: int = 6
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -79,343 +99,60 @@ class AugmentConfig:
                     raise ValueError(f"AugmentConfig.{f.name} must lie in [0, 1], got {value}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"AugmentConfig.seed must be a non-negative int, got {self.seed!r}")
-        if self.max_extra_distractors < 0:
-            raise ValueError(f"AugmentConfig.max_extra_distractors must be >= 0, got {self.max_extra_distractors}")
+        for name in ("max_extra_distractors", "max_world_edits"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"AugmentConfig.{name} must be >= 0, got {getattr(self, name)}")
+
+    @classmethod
+    def faithful(cls, seed: int = 0) -> "AugmentConfig":
+        """Arm ``augment``, the paper's baseline: the environment perturbed, the task instance kept (the defaults)."""
+        return cls(seed=seed)
+
+    @classmethod
+    def redraw(cls, seed: int = 0) -> "AugmentConfig":
+        """Arm ``augment_redraw``: the faithful perturbations plus, with probability 0.5 per episode, the task's
+        values re-instantiated on another world seed (per-episode instance resampling)."""
+        return cls(redraw_world=0.5, seed=seed)
 
     @classmethod
     def full(cls, seed: int = 0) -> "AugmentConfig":
-        """Every augmentation at intensity 1."""
-        return cls(1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, seed=seed)
+        """Every faithful perturbation at intensity 1 (no redraw: the task instance is kept)."""
+        return cls(error_hints=1.0, rename_tools=1.0, rename_params=1.0, reorder_params=1.0, paraphrase=1.0,
+                   distractors=1.0, perturb_world=1.0, redraw_world=0.0, seed=seed)
 
     @classmethod
     def off(cls, seed: int = 0) -> "AugmentConfig":
-        """No augmentation (the wrapper is then the identity)."""
-        return cls(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, seed=seed)
+        """No perturbation (the wrapper is then the identity)."""
+        return cls(error_hints=0.0, rename_tools=0.0, rename_params=0.0, reorder_params=0.0, paraphrase=0.0,
+                   distractors=0.0, perturb_world=0.0, redraw_world=0.0, seed=seed)
+
+    @property
+    def keeps_instances(self) -> bool:
+        """Whether every episode runs the seed's own task instance (no redraw): augmentation proper."""
+        return self.redraw_world == 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-# -- names and descriptions ---------------------------------------------------------------------
-VERB_SYNONYMS = {
-    "get": ("fetch", "retrieve", "read", "lookup"), "find": ("locate", "lookup", "resolve", "match"),
-    "search": ("list", "query", "browse", "filter"), "count": ("tally", "number_of", "num"),
-    "cancel": ("void", "revoke", "abort"), "transfer": ("move", "send", "wire"), "total": ("sum", "aggregate"),
-    "update": ("modify", "edit", "set"), "book": ("reserve", "make"), "reschedule": ("move", "shift"),
-    "open": ("read", "view", "show"), "schedule": ("plan", "create"), "invite": ("add", "include"),
-    "share": ("grant", "give"), "rename": ("retitle", "relabel"), "trash": ("discard", "bin"),
-    "send": ("dispatch", "post"), "delete": ("remove", "drop"), "place": ("submit", "create"),
-    "add": ("create", "insert", "new"), "set": ("assign", "change"), "close": ("resolve", "finish"),
-    "change": ("modify", "switch"),
-}
-DESCRIPTION_VERBS = {
-    "Get": ("Retrieve", "Fetch", "Return", "Read"), "Find": ("Locate", "Look up", "Search for"),
-    "List": ("Return", "Show", "Enumerate"), "Move": ("Shift", "Transfer"), "Count": ("Tally", "Compute the number of"),
-    "Change": ("Modify", "Update", "Set"), "Cancel": ("Void", "Call off", "Revoke"), "Add": ("Create", "Insert"),
-    "Book": ("Reserve",), "Open": ("Read", "View"), "Send": ("Dispatch",), "Close": ("Resolve",),
-    "Sum": ("Add up", "Total"),
-}
-DESCRIPTION_FRAMES = ("{d}", "Use this to {l}", "This tool will {l}", "{d} Call it with the arguments below.",
-                      "Purpose: {l}")
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_SENTINEL = re.compile(r"~(?=[A-Za-z_])")  # marks a name the agent wrote that this episode does not have
-
-
-def _camel(name: str, upper: bool = False) -> str:
-    parts = [p for p in name.split("_") if p]
-    head = parts[0].capitalize() if upper else parts[0]
-    return head + "".join(p.capitalize() for p in parts[1:])
-
-
-def tool_aliases(tool: ToolSpec, rng: np.random.Generator) -> list[str]:
-    """Candidate new names for a tool, in a random order."""
-    verb, _, rest = tool.name.partition("_")
-    options = [_camel(tool.name), f"{tool.domain}_{tool.name}", f"{tool.name}_v2", _camel(tool.name, upper=True)]
-    for syn in VERB_SYNONYMS.get(verb, ()):
-        if rest:
-            options.append(f"{syn}_{rest}")
-    return [options[int(j)] for j in rng.permutation(len(options))]
-
-
-def param_aliases(name: str, rng: np.random.Generator) -> list[str]:
-    """Candidate new names for a parameter, in a random order."""
-    options = [_camel(name) if "_" in name else f"{name}_value", f"{name}_arg"]
-    if name.endswith("_id"):
-        options += [name[:-3] + "_ref", name[:-3] + "_key", _camel(name[:-3]) + "ID"]
-    elif "_" not in name:
-        options += [f"the_{name}", name.capitalize()]
-    return [options[int(j)] for j in rng.permutation(len(options))]
-
-
-def paraphrase(description: str, rng: np.random.Generator) -> str:
-    """A reworded description with the same meaning (verb synonym and/or framing)."""
-    first, _, rest = description.partition(" ")
-    if first in DESCRIPTION_VERBS and rest:
-        syns = DESCRIPTION_VERBS[first]
-        description = f"{syns[int(rng.integers(0, len(syns)))]} {rest}"
-    frame = DESCRIPTION_FRAMES[int(rng.integers(0, len(DESCRIPTION_FRAMES)))]
-    lowered = description[:1].lower() + description[1:]
-    return frame.format(d=description, l=lowered)
-
-
-@dataclass(frozen=True)
-class EpisodeAugmentation:
-    """The chat-level changes drawn for one episode (original tool/param names -> shown ones)."""
-
-    tool_alias: Mapping[str, str]
-    param_alias: Mapping[str, Mapping[str, str]]
-    param_order: Mapping[str, tuple[str, ...]]
-    descriptions: Mapping[str, str]
-
-    @classmethod
-    def draw(cls, tools: list[ToolSpec], suite_names: frozenset[str], config: AugmentConfig,
-             rng: np.random.Generator) -> "EpisodeAugmentation":
-        taken = set(suite_names)
-        tool_alias: dict[str, str] = {}
-        param_alias: dict[str, dict[str, str]] = {}
-        order: dict[str, tuple[str, ...]] = {}
-        descriptions: dict[str, str] = {}
-        for tool in tools:
-            alias = tool.name
-            if rng.random() < config.rename_tools:
-                alias = next((a for a in tool_aliases(tool, rng) if a not in taken), tool.name)
-            taken.add(alias)
-            tool_alias[tool.name] = alias
-            names = tool.param_names
-            params: dict[str, str] = {}
-            for p in names:
-                new = p
-                if rng.random() < config.rename_params:
-                    new = next((a for a in param_aliases(p, rng) if a not in names and a not in params.values()), p)
-                params[p] = new
-            param_alias[tool.name] = params
-            listed = names
-            if len(names) > 1 and rng.random() < config.reorder_params:
-                listed = tuple(names[int(j)] for j in rng.permutation(len(names)))
-            order[tool.name] = listed
-            descriptions[tool.name] = paraphrase(tool.description, rng) if rng.random() < config.paraphrase \
-                else tool.description
-        return cls(tool_alias, param_alias, order, descriptions)
-
-    def schema(self, tool: ToolSpec) -> dict[str, Any]:
-        """The tool's chat-template schema as this episode shows it."""
-        public = tool.public_schema()["function"]
-        props = public["parameters"]["properties"]
-        alias = self.param_alias[tool.name]
-        required = set(public["parameters"]["required"])
-        return {"type": "function", "function": {
-            "name": self.tool_alias[tool.name],
-            "description": self.descriptions[tool.name],
-            "parameters": {"type": "object",
-                           "properties": {alias[p]: props[p] for p in self.param_order[tool.name]},
-                           "required": [alias[p] for p in self.param_order[tool.name] if p in required]},
-        }}
-
-
-# -- the translating chat renderer ---------------------------------------------------------------
-class _AugmentedChat:
-    """Stands in for a ChatRenderer: shows the episode's names and hints, translates actions back."""
-
-    def __init__(self, inner: Any, wrapper: "AugmentWrapper") -> None:
-        self.inner, self.wrapper = inner, wrapper
-        self.suite = inner.suite
-        self.observation_space, self.action_space = inner.observation_space, inner.action_space
-        self.plan: EpisodeAugmentation | None = None
-        self._to_original: dict[str, str] = {}
-        self._param_to_original: dict[str, dict[str, str]] = {}
-        self._last_call: ToolCall | None = None
-        self._rx: re.Pattern[str] | None = None
-
-    # what ToolChainEnv reads from its renderer
-    @property
-    def messages(self) -> list[dict[str, Any]]:
-        return self.inner.messages
-
-    @property
-    def tools(self) -> list[dict[str, Any]]:
-        return self.inner.tools
-
-    @property
-    def new_messages(self) -> list[dict[str, Any]]:
-        return self.inner.new_messages
-
-    def text(self) -> str:
-        return self.inner.text()
-
-    def reset(self, episode: Any) -> Any:
-        specs = [self.suite.tools[t] for t in episode.task.tools]
-        self.plan = EpisodeAugmentation.draw(specs, frozenset(self.suite.tools), self.wrapper.config, self.wrapper.rng)
-        self._to_original = {alias: name for name, alias in self.plan.tool_alias.items()}
-        self._param_to_original = {t: {a: p for p, a in m.items()} for t, m in self.plan.param_alias.items()}
-        self._last_call = None
-        obs = self.inner.reset(episode)
-        self.inner.tools = [self.plan.schema(s) for s in specs]
-        return obs
-
-    def decode(self, action: Any) -> Action:
-        parsed = self.inner.decode(action)
-        self._last_call = None
-        if isinstance(parsed, ToolCall):
-            parsed = self._original_call(parsed)
-            self._last_call = parsed
-        return parsed
-
-    def _original_call(self, call: ToolCall) -> ToolCall:
-        assert self.plan is not None
-        name = call.name
-        if name in self._to_original:
-            original = self._to_original[name]
-        elif name in self.plan.tool_alias:  # an original name this episode renamed: unknown here
-            return ToolCall("~" + name, call.arguments)
-        else:
-            return call
-        if not isinstance(call.arguments, dict):
-            return ToolCall(original, call.arguments)
-        back = self._param_to_original[original]
-        shown = self.plan.param_alias[original]
-        args = {}
-        for key, value in call.arguments.items():
-            if key in back:
-                args[back[key]] = value
-            elif key in shown and shown[key] != key:  # an original parameter name that was renamed
-                args["~" + key] = value
-            else:
-                args[key] = value
-        return ToolCall(original, args)
-
-    def encode(self, action: Action, episode: Any) -> Any:
-        assert self.plan is not None
-        if isinstance(action, ToolCall) and action.name in self.plan.tool_alias:
-            shown = self.plan.param_alias[action.name]
-            args = {shown.get(k, k): v for k, v in action.arguments.items()}
-            action = ToolCall(self.plan.tool_alias[action.name], args)
-        return self.inner.encode(action, episode)
-
-    def observe(self, episode: Any, outcome: Any) -> Any:
-        events = []
-        for ev in outcome.events:
-            ev = dict(ev)
-            if ev.get("tool"):
-                ev["tool"] = self._shown_tool(ev["tool"])
-            if ev["kind"] == "error":
-                message = self._rename(ev["message"], self._last_call.name if self._last_call else None)
-                if self.wrapper.rng.random() < self.wrapper.config.error_hints:
-                    hint = self._hint(ev["error"], ev["message"], episode)
-                    if hint:
-                        room = MAX_ERROR_CHARS - len(hint) - 8
-                        if len(message) > room:  # keep the hint: shorten the listing before it
-                            message = message[: max(room - 3, 0)] + "..."
-                        message = f"{message} Hint: {hint}"
-                ev["message"] = message
-            elif ev["kind"] == "user" and ev.get("unlocked"):
-                ev["text"] = self._rename(ev["text"], None)
-                ev["unlocked"] = [self._shown_tool(t) for t in ev["unlocked"]]
-            events.append(ev)
-        return self.inner.observe(episode, replace(outcome, events=events))
-
-    # -- rewriting -------------------------------------------------------------------------------
-    def _shown_tool(self, name: str) -> str:
-        assert self.plan is not None
-        if name.startswith("~"):
-            return name[1:]
-        return self.plan.tool_alias.get(name, name)
-
-    def _rename(self, text: str, tool: str | None) -> str:
-        """Original identifiers -> this episode's names (the call's tool's parameters too);
-        ``~name`` (a name the agent wrote that this episode does not have) -> ``name``."""
-        assert self.plan is not None
-        mapping = dict(self.plan.tool_alias)
-        if tool is not None and tool in self.plan.param_alias:
-            mapping.update({p: a for p, a in self.plan.param_alias[tool].items() if p not in mapping})
-
-        def sub(m: re.Match[str]) -> str:
-            word = m.group(0)
-            if m.start() > 0 and text[m.start() - 1] == "~":
-                return word
-            return mapping.get(word, word)
-
-        return _SENTINEL.sub("", _IDENT.sub(sub, text))
-
-    def _hint(self, error: str, message: str, episode: Any) -> str:
-        """What was wrong and how to fix it, in this episode's names."""
-        assert self.plan is not None
-        available = [self.plan.tool_alias[t] for t in episode.available_tools()]
-        call = self._last_call
-        if error == "malformed":
-            example = available[0] if available else "tool_name"
-            return (f'write exactly one call as <tool_call>{{"name": "{example}", "arguments": {{...}}}}</tool_call>, '
-                    "or plain text for the user.")
-        if error == "too_long":
-            return "send a shorter message: one tool call or a short reply."
-        if error == "unknown_tool" and call is not None:
-            wanted = call.name.lstrip("~")
-            close = difflib.get_close_matches(wanted, available, n=1, cutoff=0.3)
-            guess = f"did you mean {close[0]}? " if close else ""
-            return f"{guess}Call only the tools listed as available, spelled exactly."
-        if error == "unavailable_tool":
-            return "this conversation has only the tools listed as available; pick the one that does what was asked."
-        if error == "locked_tool" and call is not None:
-            return f"reply to the user that you need {self._shown_tool(call.name)} enabled; they will enable it."
-        if error == "invalid_arguments" and call is not None and call.name in self.suite.tools:
-            return self._argument_hint(call)
-        if error == "execution_error" and call is not None and call.name in self.suite.tools:
-            return self._execution_hint(call, message, episode)
-        if error == "episode_over":
-            return "the conversation has ended; start a new episode with reset()."
-        return ""
-
-    def _argument_hint(self, call: ToolCall) -> str:
-        assert self.plan is not None
-        tool = self.suite.tools[call.name]
-        alias = self.plan.param_alias[tool.name]
-        shown = self.plan.tool_alias[tool.name]
-        signature = ", ".join(f"{alias[p.name]}: {p.schema.get('type', 'any')}{'' if p.required else ' (optional)'}"
-                              for p in tool.params)
-        args = call.arguments if isinstance(call.arguments, dict) else {}
-        missing = [alias[p.name] for p in tool.params if p.required and p.name not in args]
-        unknown = [k.lstrip("~") for k in args if k not in alias]
-        if unknown:
-            close = difflib.get_close_matches(unknown[0], list(alias.values()), n=1, cutoff=0.3)
-            guess = f" (did you mean {close[0]}?)" if close else ""
-            return f"{unknown[0]} is not a parameter of {shown}{guess}; it takes {signature}."
-        if missing:
-            return f"add the required argument(s) {', '.join(missing)}; {shown} takes {signature}."
-        return f"check each value's type and format; {shown} takes {signature}."
-
-    def _execution_hint(self, call: ToolCall, message: str, episode: Any) -> str:
-        assert self.plan is not None
-        tool = self.suite.tools[call.name]
-        code = message.split(":", 1)[0]
-        if code == "not_found":
-            alias = self.plan.param_alias[tool.name]
-            for p in tool.params:
-                if p.name in call.arguments and self.suite.types[p.type].role == "id":
-                    makers = [self.plan.tool_alias[t] for t in episode.available_tools()
-                              if any(vt == p.type for _, vt in self.suite.ports[t])]
-                    source = f"get it from {' or '.join(makers)} first" if makers \
-                        else "use a value an earlier result gave you"
-                    return f"no record has that {alias[p.name]}; {source}, or ask the user for the right value."
-            return "no record matches these values; check them against earlier results or ask the user."
-        if code == "ambiguous":
-            return "several records match; pass more identifying details."
-        if code == "precondition_failed":
-            return "the record's current state does not allow this; check its status first or ask the user."
-        if code == "insufficient_funds":
-            return "the source has too little balance; use a smaller amount or another source."
-        if code == "invalid_request":
-            return "check that the values are consistent (different accounts, a positive amount)."
-        return "check the arguments against earlier results."
+PRESETS: dict[str, Callable[[int], AugmentConfig]] = {
+    "faithful": AugmentConfig.faithful, "redraw": AugmentConfig.redraw, "full": AugmentConfig.full,
+    "off": AugmentConfig.off}
+FAITHFUL = AugmentConfig.faithful()  # arm "augment"
+WITH_REDRAW = AugmentConfig.redraw()  # arm "augment_redraw"
 
 
 # -- the wrapper ------------------------------------------------------------------------------------
 class AugmentWrapper(gym.Wrapper):
     """Environment augmentation around a :class:`~rods_gym.env.ToolChainEnv` (see the module docstring).
 
-    ``info["augment"]`` reports what the episode got: ``redrawn`` (bool), ``extra_distractors``,
-    and in chat mode ``renamed_tools``, ``renamed_params``, ``reordered``, ``paraphrased``.
+    ``config``: an :class:`AugmentConfig`, a dict of its fields, or a preset name (``faithful``, ``redraw``,
+    ``full``, ``off``: :data:`PRESETS`). ``info["augment"]`` reports what the episode got: ``redrawn`` (bool),
+    ``extra_distractors``, ``extra_records`` and ``changed_records`` (the world edits kept), and in chat mode
+    ``renamed_tools``, ``renamed_params``, ``reordered``, ``paraphrased``.
     """
 
-    def __init__(self, env: gym.Env, config: AugmentConfig | Mapping[str, Any] = AugmentConfig()) -> None:
+    def __init__(self, env: gym.Env, config: AugmentConfig | Mapping[str, Any] | str = FAITHFUL) -> None:
         super().__init__(env)
         base = env.unwrapped
         from .env import ToolChainEnv, config_of
@@ -423,13 +160,19 @@ class AugmentWrapper(gym.Wrapper):
         if not isinstance(base, ToolChainEnv):
             raise TypeError(f"AugmentWrapper wraps a ToolChainEnv, got {type(base).__name__}")
         if config is None:
-            raise TypeError("augment must be an AugmentConfig or a dict of its fields, not None")
-        self.config = config_of(AugmentConfig, config, "augment")
+            raise TypeError("augment must be an AugmentConfig, a dict of its fields or a preset name, not None")
+        if isinstance(config, str):
+            if config not in PRESETS:
+                raise ValueError(f"augment: unknown preset {config!r}; choose one of {sorted(PRESETS)} "
+                                 "(or pass an AugmentConfig or a dict of its fields)")
+            config = PRESETS[config](0)
+        self.config: AugmentConfig = config_of(AugmentConfig, config, "augment")
         self.rng = np.random.default_rng([self.config.seed, RNG_SALT])
-        self.resampler = Resampler(base.suite)
+        self.resampler = Resampler(base.suite) if self.config.redraw_world > 0 else None
         self.chat = base.mode == "chat"
         if self.chat:
-            base.renderer = _AugmentedChat(base.renderer, self)
+            base.renderer = AugmentedChatRenderer(base.renderer, self)
+        self.world_edits = WorldPerturbation()
         self._report: dict[str, Any] = {}
 
     @property
@@ -438,6 +181,9 @@ class AugmentWrapper(gym.Wrapper):
         return self.env.unwrapped.renderer.plan if self.chat else None
 
     def reset(self, *, seed: int | None = None, options: Mapping[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        """The env's episode, then (in this order, each from the wrapper's generator): the task-level changes
+        (redraw, distractors; the episode restarts on the changed task), then the world edits, written into
+        the episode's own state (no view's first observation reads the world, so it stands)."""
         if seed is not None:
             self.rng = np.random.default_rng([seed, self.config.seed, RNG_SALT])
         obs, info = self.env.reset(seed=seed, options=options)
@@ -446,8 +192,11 @@ class AugmentWrapper(gym.Wrapper):
         augmented = self.augment_task(task)
         if augmented is not task:
             obs, info = self.env.reset(options={"task": augmented})
+        self.world_edits = self.perturb_world(augmented)
+        self.world_edits.apply(base.episode.state, base.suite)
         self._report = {"redrawn": augmented.world_seed != task.world_seed or augmented.calls != task.calls,
-                        "extra_distractors": len(augmented.distractors) - len(task.distractors)}
+                        "extra_distractors": len(augmented.distractors) - len(task.distractors),
+                        "extra_records": self.world_edits.added, "changed_records": self.world_edits.changed}
         if self.chat:
             plan = self.plan
             assert plan is not None
@@ -469,10 +218,11 @@ class AugmentWrapper(gym.Wrapper):
         return self.env.unwrapped.suite.tools[tool].param_names
 
     def augment_task(self, task: TaskSpec) -> TaskSpec:
-        """The task-level augmentations: values re-drawn on another world, extra distractors."""
+        """The task-level changes: with ``redraw_world``, the values re-drawn on another world (a new instance;
+        ``augment_redraw`` only); extra distractor tools (the calls, values and answer stay the task's)."""
         cfg = self.config
         out = task
-        if cfg.redraw_world > 0 and self.rng.random() < cfg.redraw_world:
+        if self.resampler is not None and self.rng.random() < cfg.redraw_world:
             redrawn = self.resampler.redraw(task, self.rng)
             if redrawn is not None:
                 out = redrawn
@@ -482,6 +232,15 @@ class AugmentWrapper(gym.Wrapper):
             if extra:
                 out = replace(out, distractors=out.distractors + extra)
         return out
+
+    def perturb_world(self, task: TaskSpec) -> WorldPerturbation:
+        """Binomial(``max_world_edits``, ``perturb_world``) edits of the task's world that keep the task the
+        same task (:func:`rods_gym.world_perturbation.perturb_world`)."""
+        cfg = self.config
+        if cfg.perturb_world <= 0 or cfg.max_world_edits <= 0:
+            return WorldPerturbation()
+        k = int(self.rng.binomial(cfg.max_world_edits, cfg.perturb_world))
+        return perturb_world(task, self.env.unwrapped.suite, self.rng, k)
 
     def _extra_distractors(self, task: TaskSpec, k: int) -> tuple[str, ...]:
         if k <= 0:
@@ -502,9 +261,11 @@ class AugmentWrapper(gym.Wrapper):
         return self.env.unwrapped.oracle_action()
 
 
-def make_augmented_env(augment: AugmentConfig | Mapping[str, Any] | None = None, **env_kwargs: Any) -> AugmentWrapper:
-    """A :class:`~rods_gym.env.ToolChainEnv` (``env_kwargs``) inside an :class:`AugmentWrapper`:
-    the entry point of ``rods/ToolChain-Aug-*-v0``."""
+def make_augmented_env(augment: AugmentConfig | Mapping[str, Any] | str | None = None,
+                       **env_kwargs: Any) -> AugmentWrapper:
+    """A :class:`~rods_gym.env.ToolChainEnv` (``env_kwargs``) inside an :class:`AugmentWrapper` (``augment``: a
+    config, a dict of its fields or a preset name; default the faithful baseline): the entry point of
+    ``rods/ToolChain-Aug-*-v0``."""
     from .env import ToolChainEnv
 
-    return AugmentWrapper(ToolChainEnv(**env_kwargs), augment if augment is not None else AugmentConfig())
+    return AugmentWrapper(ToolChainEnv(**env_kwargs), augment if augment is not None else FAITHFUL)

@@ -6,8 +6,10 @@ and ``rods/ToolChain-{Easy,Medium,Hard}-{Chat,Compact,Structured}-v0``. Any cons
 argument of :class:`rods_gym.env.ToolChainEnv` can still be passed to ``gym.make``.
 
 The environment-augmentation baseline (:mod:`rods_gym.augment`) is registered as
-``rods/ToolChain-Aug-v0`` (chat, medium) and ``rods/ToolChain-Aug-{Chat,Compact,Structured}-v0``;
-pass ``augment=AugmentConfig(...)`` (or a dict of its fields) to ``gym.make`` to set intensities.
+``rods/ToolChain-Aug-v0`` (chat, medium) and ``rods/ToolChain-Aug-{Chat,Compact,Structured}-v0``. Without
+``augment=`` these ids run the faithful baseline (arm ``augment``: the environment perturbed, the task instance
+kept); pass ``augment=AugmentConfig(...)``, a dict of its fields, or a preset name (``"redraw"`` for arm
+``augment_redraw``, ``"faithful"``, ``"full"``, ``"off"``) to ``gym.make`` to choose another.
 
 The ``features`` view (:mod:`rods_gym.renderers.features`: a ``Box`` of task-independent features of
 candidate actions, a ``Discrete`` choice among them, ``action_masks()``; for PPO that transfers to unseen
