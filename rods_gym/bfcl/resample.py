@@ -48,7 +48,9 @@ def span_pattern(texts: "Sequence[str]") -> "re.Pattern[str]":
 
 
 def spans(task: BFCLTask) -> list[Any]:
-    """Ground-truth argument values stated verbatim in the questions (distinct, in call order)."""
+    """Ground-truth argument values stated verbatim in the questions (distinct, in call order): numbers of two or
+    more digits, strings of three or more characters (a two-letter word such as the headlights' mode ``on`` is
+    too common to stand for the value: the rewrite would replace it wherever the question says it)."""
     text = "\n".join(task.user_text(t) for t in range(task.n_turns))
     found: list[Any] = []
     for turn in task.ground_truth:
@@ -57,7 +59,7 @@ def spans(task: BFCLTask) -> list[Any]:
                 if isinstance(value, bool) or not isinstance(value, (str, int, float)):
                     continue
                 s = str(value)
-                if len(s) >= 2 and value not in found and span_pattern([s]).search(text):
+                if len(s) >= (3 if isinstance(value, str) else 2) and value not in found and span_pattern([s]).search(text):
                     found.append(value)
     return found
 
