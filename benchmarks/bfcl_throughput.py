@@ -9,8 +9,10 @@ ground-truth replay, and the RODS tier-0 resampler's variants/s and verified sha
 - env: ``BFCLMultiTurnEnv`` (unwrapped) replaying recorded oracle actions (each turn's calls as
   ``<tool_call>`` messages, then a reply): parse + execute + observation + the per-turn check against the
   ground truth's backend (the reward) + reset; steps/s and calls/s (episodes include their resets).
-- resampler: ``BFCLResampler.resample(task, 2)`` over the train split (decontaminated against test):
-  variants/s, verified share (variants kept / candidates replayed) and coverage (parents with >= 1 variant).
+- resampler: ``BFCLResampler.resample(task, 2)`` over the train split (decontaminated against test, typed swaps,
+  the parent-fails rule): variants/s, verified share (variants kept / candidates replayed), coverage (parents with
+  >= 1 variant) and the candidates each check rejected; then the same with the parent-fails rule off (untimed),
+  and how many of those variants the parent's own ground truth passes (what the rule removes).
 
 Needs bfcl-eval (``pip install 'rods-gym[bfcl]'``). Every timed part runs with the garbage collector off.
 """
@@ -117,6 +119,12 @@ def main() -> int:
 
     (made, covered), res_s = timed(resample)
     stats = resampler.stats()
+    from rods_gym.bfcl.scoring import check_transcript
+
+    no_rule = BFCLResampler(avoid=split_tasks("test"), parent_fails=False)
+    rng_off = np.random.default_rng(0)
+    pairs = [(t, v) for t in train for v in no_rule.resample(t, 2, rng_off)]
+    parent_passes = sum(check_transcript(v, t.ground_truth).success for t, v in pairs)
     figures = {
         "scale": args.scale, "tasks": len(tasks), "gt_calls": n_calls,
         "replay_bfcl_calls_per_s": round(n_calls / bfcl_s), "replay_ours_calls_per_s": round(n_calls / ours_s),
@@ -125,6 +133,10 @@ def main() -> int:
         "resample_parents": len(train), "resample_variants": made, "resample_variants_per_s": round(made / res_s, 1),
         "resample_candidates": stats.tried, "resample_verified_share": round(stats.verified / max(stats.tried, 1), 3),
         "resample_coverage": round(covered / len(train), 3),
+        "resample_rejected": {"duplicate": stats.duplicate, "replay_failed": stats.replay_failed,
+                              "parent_passes": stats.parent_passes},
+        "resample_typed_spans": f"{stats.typed_slots}/{stats.spans}",
+        "resample_rule_off_variants": len(pairs), "resample_rule_off_parent_passes": parent_passes,
         "machine": f"{platform.processor() or platform.machine()}, python {platform.python_version()}",
     }
     print(f"BFCL ground-truth replay ({len(tasks)} tasks, {n_calls} calls): BFCL's executor "
@@ -133,7 +145,10 @@ def main() -> int:
           f"{figures['env_calls_per_s']:,} calls/s ({figures['env_episodes_per_s']} episodes/s, {steps} steps)")
     print(f"resampler (tier 0, 2 per parent, {len(train)} train parents): {made} variants, "
           f"{figures['resample_variants_per_s']} variants/s, verified share {figures['resample_verified_share']} "
-          f"of {stats.tried} candidates, coverage {figures['resample_coverage']} of parents")
+          f"of {stats.tried} candidates, coverage {figures['resample_coverage']} of parents; rejected "
+          f"{figures['resample_rejected']}; stated values with a typed kind {figures['resample_typed_spans']}")
+    print(f"resampler without the parent-fails rule: {len(pairs)} variants, of which the parent's ground truth "
+          f"passes {parent_passes}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(figures, indent=1) + "\n")
