@@ -305,10 +305,9 @@ def _words(texts: Iterable[str]) -> list[str]:
 
 def _state_options(kind: str, backend: Backend, call_args: Mapping[str, Any], value: Any,
                    pools: ConfigPools) -> tuple | None:
-    """The values of a (non file-system-name) kind at the call, or None if the kind has no source here."""
+    """The values of a kind at the call (file-system names and enums aside: see :func:`slots`), or None if the
+    kind has no source here (its class is not in the task)."""
     inst = backend.instances
-    if kind == "enum":
-        return None  # by the parameter: see slots
     if kind == "ticker" and "TradingBot" in inst:
         return tuple(sorted(inst["TradingBot"].stocks))
     if kind == "order_id" and "TradingBot" in inst:
