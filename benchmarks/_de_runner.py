@@ -29,14 +29,14 @@ import numpy as np
 from rods_gym import compute_signature, default_suite
 from rods_gym.task import TaskSpec
 from rods_gym.trainer.config import TrainConfig, load_config, save_config
-from rods_gym.trainer.curricula.arms import DynamicSampling
+from rods_gym.curricula import DynamicSampling
 from rods_gym.trainer.evaluation import summarize
 from rods_gym.trainer.loop import evaluation_engine, grpo_train
 from rods_gym.trainer.pipeline import env_mode, make_accelerator, warm_start
 from rods_gym.trainer.threads import torch_threads
 from rods_gym.trainer.policy import Policy, load_policy, make_policy
 from rods_gym.trainer.sources import make_source
-from rods_gym.trainer.task_source import GroupResult, TaskSource
+from rods_gym.curricula import GroupResult, TaskSource
 from rods_gym.trainer.tasks import SPREAD_RULE, load_tasks, spread
 
 from _de_stats import group_records  # a sibling module: the benchmarks folder is on sys.path

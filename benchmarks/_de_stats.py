@@ -336,7 +336,7 @@ def group_records(step: int, groups: Sequence[Any], source: Any, seed_ids: froze
     whether it is a seed, ``mu`` and ``u = 4 var`` of its returns, whether it was silent, its size and, for a
     source with a RODS detector, the region that detector assigns it at this appearance (on a copy of the
     detector, so ``source`` is untouched). Call it before ``source.observe(step, groups)``."""
-    from rods_gym.trainer.curricula.detector import group_stats  # here: importing this module stays light
+    from rods_gym.curricula import group_stats  # here: importing this module stays light
 
     detector = getattr(source, "detector", None)
     shadow = copy.deepcopy(detector) if detector is not None else None

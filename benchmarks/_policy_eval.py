@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any, Sequence
 
-from rods_gym.envs.build_tasksets import STRATA
+from rods_gym.tasksets import STRATA
 from rods_gym.trainer.config import load_config
 from rods_gym.trainer.loop import evaluation_engine
 from rods_gym.trainer.policy import load_policy

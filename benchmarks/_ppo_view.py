@@ -70,7 +70,7 @@ class TaskStream(gym.Wrapper):
 
 def procedural_stream(seed: int, view: str) -> Callable[[], TaskSpec]:
     """Fresh tasks stratified like the train split (trainer.curricula.procedural.ProceduralSource)."""
-    from trainer.curricula.procedural import ProceduralSource
+    from rods_gym.curricula import ProceduralSource
 
     source = ProceduralSource(seed, view=view)
     return lambda: source.next_batch(0, 1)[0]

@@ -14,13 +14,15 @@ batch's tasks, G episodes each, and observes the same returns PPO trained on, no
 
     fixed         the train split's 400 seeds, in shuffled epochs
     rods          RODS: variance boundary -> signature-exact resampling -> replay pool
-    augment       the seeds in epochs, every episode in the augmented env (rods/ToolChain-Aug-*)
+    augment       environment augmentation (the paper's baseline): the seeds in epochs, every episode in the
+                  augmented env (rods/ToolChain-Aug-*), the task instance unchanged (no new samples)
+    augment_redraw  augment plus the task's values redrawn on another world per episode (instance resampling)
     offline       uniform epochs over a set synthesized once up front (``rods synth``: 17,000 at cpu scale)
     procedural    a fresh, never-repeated sampler task for every group (the upper reference)
     replay_only   ablation: boundary-prioritized replay of the seeds, no synthesis
     naive         ablation: RODS with the structure-blind resampler
     rods_random   ablation: RODS with synthesis parents drawn at random instead of from the boundary
-    rods_augment  both: RODS's task source, every episode in the augmented env (does RODS add to augmentation?)
+    rods_augment  both: RODS's task source, every episode in the augment env (does RODS add to augmentation?)
 
 Protocol: the same PPO settings, G, tasks per batch and env-step budget for every arm (the budget is
 a multiple of PPO's rollout size, so every arm stops at exactly the same step count); greedy
@@ -66,10 +68,9 @@ from _de_stats import (bootstrap_ci, difference_ci, group_records, late_silent_f
 from _ppo_view import SATURATION_PPO, PPOConfig  # noqa: E402
 from _script import run_script  # noqa: E402
 
-ARMS = ("fixed", "rods", "augment", "offline", "procedural", "replay_only", "naive", "rods_random",
+ARMS = ("fixed", "rods", "augment", "augment_redraw", "offline", "procedural", "replay_only", "naive", "rods_random",
         "rods_augment")
 RODS_FAMILY = ("rods", "replay_only", "naive", "rods_random", "rods_augment")
-AUGMENTED = ("augment", "rods_augment")  # the arms that train in the augmented env
 SPLITS = ("test", "ood")
 # the features view (issue 40a: rods_gym.renderers.features; Box observation, Discrete candidate actions);
 # ``--env-id rods/ToolChain-Easy-Structured-v0`` is the structured view of examples/sb3_rods.py
@@ -129,7 +130,7 @@ SCALES: dict[str, Scale] = {
 
 
 def rods_config(scale: Scale) -> Any:
-    from rods_gym.trainer.curricula import RODSConfig
+    from rods_gym.curricula import RODSConfig
 
     return RODSConfig.from_dict({"group_size": scale.group_size, **dict(scale.rods)})
 
@@ -175,40 +176,21 @@ class RecordingSource:
         return sum(g["size"] for g in self.groups)
 
 
-def make_source(arm: str, seed: int, scale: Scale, offline_path: Path | None) -> Any:
-    """The task source of ``arm`` for run ``seed`` (the seeds: the train split)."""
+def make_source(arm: str, seed: int, scale: Scale, offline_path: Path | None, env_id: str = DEFAULT_ENV_ID) -> Any:
+    """The task source of ``arm`` for run ``seed`` (the seeds: the train split), from the curricula registry."""
     from rods_gym import load_split
-    from rods_gym.trainer.curricula import (AugmentedSeeds, NaiveRODSSource, OfflinePipeline, ReplayOnlySource,
-                                            RODSSource, default_resampler)
-    from rods_gym.trainer.curricula.arms import EpochSource
-    from rods_gym.trainer.curricula.procedural import ProceduralSource
-    from rods_gym.trainer.curricula.rods import RandomParentRODSSource
+    from rods_gym.curricula import make_source as arm_source
+    from rods_gym.curricula.registry import SYNTHESIS_FIELDS
 
-    seeds = load_split("train")
-    cfg = rods_config(scale)
-    if arm == "fixed":
-        return EpochSource(seeds, seed)  # FixedSeeds that also counts its distinct tasks
-    if arm == "augment":
-        return AugmentedSeeds(seeds, seed)
+    options: dict[str, Any] = {}
     if arm == "offline":
         if offline_path is None:
             raise ValueError("the offline arm needs its synthesized task file")
-        return OfflinePipeline.from_jsonl(offline_path, seed)
-    if arm == "procedural":
-        return ProceduralSource(seed)
-    if arm == "replay_only":
-        return ReplayOnlySource(seeds, cfg, seed)
-    if arm in ("rods", "naive", "rods_random", "rods_augment"):
-        cls = {"naive": NaiveRODSSource, "rods_random": RandomParentRODSSource}.get(arm, RODSSource)
-        held = _held_out()
-        return cls(seeds, default_resampler(naive=arm == "naive", decontaminate=held), cfg, seed, decontaminate=held)
-    raise ValueError(f"unknown arm {arm!r}; choose from {', '.join(ARMS)}")
-
-
-def _held_out() -> list[Any]:
-    from rods_gym.resampler import held_out_tasks
-
-    return held_out_tasks()
+        options = {"path": str(offline_path)}
+    elif arm in RODS_FAMILY:  # the scale's RODSConfig overrides (the replay-only ablation takes no synthesis knobs)
+        options = {k: v for k, v in scale.rods.items() if arm != "replay_only" or k not in SYNTHESIS_FIELDS}
+    return arm_source(arm, load_split("train"), seed=seed, group_size=scale.group_size, env_id=env_id,
+                      options=options)
 
 
 def offline_set(out: Path, n: int, seed: int = 0) -> Path:
@@ -216,13 +198,13 @@ def offline_set(out: Path, n: int, seed: int = 0) -> Path:
     from rods_gym import load_split
     from rods_gym.synth import synthesize
     from rods_gym.task import write_jsonl
-    from rods_gym.trainer.curricula import default_resampler
+    from rods_gym.synth import make_resampler
 
     path = out / "offline" / f"synth-train-n{n}-seed{seed}.jsonl"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
-        tasks = synthesize(load_split("train"), n, default_resampler(), seed=seed)
+        tasks = synthesize(load_split("train"), n, make_resampler(), seed=seed)
         write_jsonl(tasks, path.with_suffix(".tmp"))
         path.with_suffix(".tmp").rename(path)
         print(f"offline set: {len(tasks)} tasks synthesized in {time.perf_counter() - t0:.0f} s -> {path}", flush=True)
@@ -230,21 +212,6 @@ def offline_set(out: Path, n: int, seed: int = 0) -> Path:
 
 
 # -- environments and evaluation -----------------------------------------------------------------
-def train_env_id(arm: str, env_id: str) -> str:
-    """The env the arm trains in: the augmented twin for the AUGMENTED arms, else ``env_id``."""
-    if arm not in AUGMENTED:
-        return env_id
-    import gymnasium as gym
-
-    from rods_gym.trainer.curricula import augmented_env_id
-
-    view = env_id.rsplit("-", 2)[-2] if env_id.count("-") >= 2 else ""
-    twin = f"rods/ToolChain-Aug-{view}-v0"  # the same view's augmented id (e.g. Aug-Features for *-Features-v0)
-    if view and twin in gym.registry:
-        return twin
-    return augmented_env_id(env_id)
-
-
 def eval_tasks(scale: Scale) -> dict[str, list[Any]]:
     """Evenly spaced tasks of each split (all of them when the scale asks for <= 0)."""
     from rods_gym import load_split
@@ -360,7 +327,8 @@ def run_job(job: Job) -> dict[str, Any]:
 
     import rods_gym  # noqa: F401  (registers the env ids)
     from rods_gym import load_split
-    from rods_gym.trainer.sb3 import CurriculumCallback, CurriculumEnv, TaskSchedule
+    from rods_gym.curricula import CurriculumEnv, TaskSchedule
+    from rods_gym.trainer.sb3 import CurriculumCallback
 
     path = Path(job.out)
     if path.exists():
@@ -371,10 +339,12 @@ def run_job(job: Job) -> dict[str, Any]:
     t_start = time.perf_counter()
     scale, ppo = job.scale, job.scale.ppo
     offline = Path(job.offline_path) if job.offline_path else None
-    source = RecordingSource(make_source(job.arm, job.seed, scale, offline), [t.id for t in load_split("train")])
+    inner = make_source(job.arm, job.seed, scale, offline, job.env_id)
+    source = RecordingSource(inner, [t.id for t in load_split("train")])
     schedule = TaskSchedule(source, tasks_per_batch=scale.tasks_per_batch, group_size=scale.group_size)
-    env_id = train_env_id(job.arm, job.env_id)
-    monitors = [Monitor(CurriculumEnv(gym.make(env_id, **job.env_kwargs), schedule)) for _ in range(ppo.n_envs)]
+    env_id = getattr(inner, "env_id", None) or job.env_id  # the augmented arms' twin env, else the plain one
+    train_kwargs = {**getattr(inner, "env_kwargs", {}), **job.env_kwargs}
+    monitors = [Monitor(CurriculumEnv(gym.make(env_id, **train_kwargs), schedule)) for _ in range(ppo.n_envs)]
     vec = DummyVecEnv([lambda m=m: m for m in monitors])
     vec.seed(job.seed)
     policy = "MultiInputPolicy" if isinstance(vec.observation_space, gym.spaces.Dict) else "MlpPolicy"
@@ -404,7 +374,7 @@ def run_job(job: Job) -> dict[str, Any]:
         points.append({"env_steps": int(model.num_timesteps), "episodes": callback.episodes,
                        "distinct_tasks": source.distinct_tasks, "groups": len(source.groups),
                        "eval": {s: {"success": e["success"], "progress": e["progress"]} for s, e in ev.items()}})
-    pending = sum(len(v) for slots in callback._returns.values() for v in slots.values())
+    pending = int(callback.episodes) - int(source.episodes_observed)  # finished, in a batch not yet complete
     record = {
         "key": job.key(), "arm": job.arm, "seed": job.seed, "env_id": env_id, "eval_env_id": job.env_id,
         "tasks": {s: [t.id for t in ts] for s, ts in sets.items()},

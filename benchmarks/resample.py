@@ -42,10 +42,10 @@ from networkx.algorithms import isomorphism as iso
 import rods_gym
 from rods_gym import DIFFICULTIES, TaskSampler, TaskSpec, compute_signature, default_suite
 from rods_gym.resampler import (
-    NaiveResampler, Resampler, ResamplerConfig, binding_key, content_key, held_out_tools, oracle_solves,
-    signature_classes, task_depth,
+    NaiveResampler, Resampler, ResamplerConfig, binding_key, content_key, oracle_solves, signature_classes, task_depth,
 )
 from rods_gym.suite import Suite
+from rods_gym.tasksets import held_out_tools
 
 Pairs = list[tuple[TaskSpec, TaskSpec]]  # (parent, variant)
 

@@ -40,7 +40,7 @@ import torch  # noqa: E402
 from rods_gym.task import TaskSpec  # noqa: E402
 from rods_gym.trainer.config import TrainConfig, env_kwargs, load_config  # noqa: E402
 from rods_gym.trainer.policy import load_policy, save_policy  # noqa: E402
-from rods_gym.trainer.task_source import FixedSeeds  # noqa: E402
+from rods_gym.curricula import FixedSeeds  # noqa: E402
 from rods_gym.trainer.tasks import load_tasks  # noqa: E402
 from trainer_throughput import LOSSES, load_average, our_steps, summarize, trl_version, wall_intervals, warm_policy  # noqa: E402
 

@@ -23,9 +23,9 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import configure
 
 from rods_gym import TaskSpec, compute_signature, default_suite, load_split
-from rods_gym.trainer.curricula import FixedSeeds, RODSConfig, RODSSource, default_resampler
-from rods_gym.trainer.sb3 import CurriculumCallback, CurriculumEnv, TaskSchedule
-from rods_gym.trainer.task_source import TaskSource
+from rods_gym.curricula import CurriculumEnv, FixedSeeds, RODSConfig, RODSSource, TaskSchedule, TaskSource
+from rods_gym.synth import make_resampler
+from rods_gym.trainer.sb3 import CurriculumCallback
 
 ENV_ID = "rods/ToolChain-Easy-Structured-v0"
 
@@ -71,7 +71,7 @@ def main() -> None:
     config = RODSConfig(group_size=args.group_size, synth_every=2, parents_per_round=4, variants_per_parent=4)
     source: TaskSource
     if args.source == "rods":
-        source = RODSSource(seeds, default_resampler(suite), config, rng_seed=args.seed)
+        source = RODSSource(seeds, make_resampler(suite), config, rng_seed=args.seed)
     else:
         source = FixedSeeds(seeds, seed=args.seed)
     schedule = TaskSchedule(source, tasks_per_batch=args.tasks_per_batch, group_size=args.group_size)

@@ -18,7 +18,6 @@ CORE_COMMANDS = (
     "rods_gym.commands.tasksets",
     "rods_gym.commands.skills",
     "rods_gym.commands.synth",
-    "rods_gym.commands.tasks",
 )
 
 

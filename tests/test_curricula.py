@@ -12,12 +12,11 @@ import numpy as np
 import pytest
 
 from rods_gym import SamplerConfig, Suite, TaskSampler, TaskSpec, compute_signature, write_jsonl
+from rods_gym.curricula import (AUGMENTED_ENV_ID, AugmentedSeeds, DynamicSampling, DynamicSamplingSource, FixedSeeds,
+                                GroupResult, NaiveRODSSource, OfflinePipeline, RODSConfig, RODSSource, ReplayOnlySource,
+                                TaskSource)
 from rods_gym.resampler import NaiveResampler
-from rods_gym.trainer.curricula import (
-    ARMS, AUGMENTED_ENV_ID, AugmentedSeeds, DynamicSampling, DynamicSamplingSource, FixedSeeds, NaiveRODSSource,
-    OfflinePipeline, RODSConfig, RODSSource, ReplayOnlySource, default_resampler,
-)
-from rods_gym.trainer.task_source import GroupResult, TaskSource
+from rods_gym.synth import make_resampler
 
 G = 8
 SILENT = (1.0,) * G
@@ -33,11 +32,11 @@ def test_every_arm_is_a_task_source(suite: Suite, seeds: list[TaskSpec], tmp_pat
     write_jsonl(seeds, tmp_path / "offline.jsonl")
     sources = [
         FixedSeeds(seeds, 0), AugmentedSeeds(seeds, 0), OfflinePipeline.from_jsonl(tmp_path / "offline.jsonl", 0),
-        RODSSource(seeds, default_resampler(suite, decontaminate=()), RODSConfig(), 0),
+        RODSSource(seeds, make_resampler(suite, decontaminate=()), RODSConfig(), 0),
         ReplayOnlySource(seeds, RODSConfig(), 0), DynamicSamplingSource(seeds, 0),
-        NaiveRODSSource(seeds, default_resampler(suite, decontaminate=(), naive=True), RODSConfig(), 0),
+        NaiveRODSSource(seeds, make_resampler(suite, decontaminate=(), naive=True), RODSConfig(), 0),
     ]
-    assert tuple(s.name for s in sources) == ARMS
+    assert tuple(s.name for s in sources) == ("fixed", "augment", "offline", "rods", "replay_only", "dapo", "naive")
     for s in sources:
         assert isinstance(s, TaskSource)
         tasks = s.next_batch(0, 4)
@@ -155,7 +154,7 @@ def test_replay_only_never_synthesizes(seeds: list[TaskSpec]) -> None:
 def test_naive_ablation_ignores_structure(suite: Suite, seeds: list[TaskSpec]) -> None:
     cfg = RODSConfig(synth_every=1, parents_per_round=4, variants_per_parent=4, kappa_rule="fixed")
     naive = NaiveRODSSource(seeds, NaiveResampler(suite), cfg, rng_seed=0)
-    aligned = RODSSource(seeds, default_resampler(suite, decontaminate=()), cfg, rng_seed=0)
+    aligned = RODSSource(seeds, make_resampler(suite, decontaminate=()), cfg, rng_seed=0)
     same = {}
     for name, src in (("naive", naive), ("rods", aligned)):
         for step in range(2):
@@ -180,14 +179,15 @@ def test_default_resampler_keeps_rods_off_held_out_data(suite: Suite) -> None:
     """RODS on the real seeds with the default resampler: no variant uses an OOD tool or
     repeats a dev/test/OOD task."""
     from rods_gym import load_split
-    from rods_gym.resampler import binding_key, content_key, held_out_tasks, held_out_tools
+    from rods_gym.resampler import binding_key, content_key
+    from rods_gym.tasksets import held_out_tasks, held_out_tools
 
     held_tools = set(held_out_tools())
     held = held_out_tasks()
     assert held_tools and held
     train = load_split("train")[::10]  # 40 seeds, every depth
     cfg = RODSConfig(synth_every=1, parents_per_round=6, variants_per_parent=4, kappa_rule="fixed")
-    src = RODSSource(train, default_resampler(suite), cfg, rng_seed=0, decontaminate=held)
+    src = RODSSource(train, make_resampler(suite), cfg, rng_seed=0, decontaminate=held)
     for step in range(2):
         tasks = src.next_batch(step, 8)
         src.observe(step, [GroupResult(t, SPREAD) for t in tasks])
@@ -227,9 +227,9 @@ def test_trainer_registry_builds_every_arm(seeds: list[TaskSpec], tmp_path: Path
     env = gym.make(aug.env_id, **aug.env_kwargs)
     env.reset(seed=0, options={"task": aug.next_batch(0, 1)[0]})
     assert env.unwrapped.mode == "compact"
-    with pytest.raises(ValueError, match="does not take \\['synth_evry'\\]"):
+    with pytest.raises(ValueError, match="data.source=rods\\): unknown option\\(s\\) \\['synth_evry'\\]"):
         make_source("rods", cfg("rods", {"synth_evry": 3}), seeds, 0)
-    with pytest.raises(ValueError, match="rollout.group_size=6"):
+    with pytest.raises(ValueError, match="group_size=8 differs from the host's G=6"):
         make_source("rods", cfg("rods", {"group_size": 8}), seeds, 0)
     with pytest.raises(ValueError, match="path is required"):
         make_source("offline", cfg("offline", {}), seeds, 0)

@@ -17,11 +17,11 @@ from accelerate import Accelerator
 
 from rods_gym.trainer import loop as loop_module
 from rods_gym.trainer.config import TrainConfig, load_config
-from rods_gym.trainer.curricula import DynamicSampling, DynamicSamplingSource
+from rods_gym.curricula import DynamicSampling, DynamicSamplingSource
 from rods_gym.trainer.metrics import read_jsonl
 from rods_gym.trainer.policy import load_policy
 from rods_gym.trainer.rollout import RolloutEngine
-from rods_gym.trainer.task_source import GroupResult
+from rods_gym.curricula import GroupResult
 
 from conftest import TIMING_METRICS, benchmarks_on_path, cpu_only_env, warm_tiny_policy
 from conftest import easy_seed_tasks as seed_tasks
@@ -192,7 +192,7 @@ WORKER = textwrap.dedent("""
     from accelerate import Accelerator
     from rods_gym import read_jsonl
     from rods_gym.trainer.config import load_config
-    from rods_gym.trainer.curricula import DynamicSamplingSource
+    from rods_gym.curricula import DynamicSamplingSource
     from rods_gym.trainer.loop import grpo_train
     from rods_gym.trainer.policy import load_policy
     from rods_gym.trainer.rollout import RolloutEngine

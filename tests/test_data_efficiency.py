@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from rods_gym.trainer.config import DataConfig
-from rods_gym.trainer.curricula import RODSConfig, ReplayOnlySource
-from rods_gym.trainer.task_source import FixedSeeds, GroupResult
+from rods_gym.curricula import RODSConfig, ReplayOnlySource
+from rods_gym.curricula import FixedSeeds, GroupResult
 from rods_gym.trainer.tasks import load_tasks
 
 from conftest import BENCHMARKS_DIR, benchmarks_on_path

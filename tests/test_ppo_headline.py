@@ -12,11 +12,12 @@ import pytest
 pytest.importorskip("sb3_contrib")
 
 from rods_gym import load_split  # noqa: E402
-from rods_gym.resampler import held_out_tools  # noqa: E402
-from rods_gym.trainer.curricula import RODSConfig, default_resampler  # noqa: E402
-from rods_gym.trainer.curricula.procedural import ProceduralSource  # noqa: E402
-from rods_gym.trainer.curricula.rods import RandomParentRODSSource  # noqa: E402
-from rods_gym.trainer.task_source import GroupResult  # noqa: E402
+from rods_gym.curricula import RODSConfig  # noqa: E402
+from rods_gym.synth import make_resampler  # noqa: E402
+from rods_gym.tasksets import held_out_tools  # noqa: E402
+from rods_gym.curricula import ProceduralSource  # noqa: E402
+from rods_gym.curricula import RandomParentRODSSource  # noqa: E402
+from rods_gym.curricula import GroupResult  # noqa: E402
 
 from conftest import benchmarks_on_path  # noqa: E402
 
@@ -125,14 +126,14 @@ def test_random_parent_rods_draws_parents_outside_the_boundary() -> None:
     seeds = load_split("train")
     cfg = RODSConfig(group_size=4, kappa_rule="fixed", kappa=0.5, synth_every=1, parents_per_round=8,
                      variants_per_parent=1)
-    src = RandomParentRODSSource(seeds, default_resampler(), cfg, rng_seed=0)
+    src = RandomParentRODSSource(seeds, make_resampler(), cfg, rng_seed=0)
     tasks = src.next_batch(0, 16)
     src.observe(0, [GroupResult(t, (0.0, 0.0, 0.0, 0.0)) for t in tasks])  # all silent: no boundary at all
     assert src.telemetry()["boundary_fraction"] == 0.0
     assert src.telemetry()["synth/parents"] > 0 and src.telemetry()["synth/staged"] > 0
-    from rods_gym.trainer.curricula import RODSSource
+    from rods_gym.curricula import RODSSource
 
-    plain = RODSSource(seeds, default_resampler(), cfg, rng_seed=0)
+    plain = RODSSource(seeds, make_resampler(), cfg, rng_seed=0)
     tasks = plain.next_batch(0, 16)
     plain.observe(0, [GroupResult(t, (0.0, 0.0, 0.0, 0.0)) for t in tasks])
     assert plain.telemetry()["synth/parents"] == 0  # RODS itself synthesizes from the boundary only

@@ -15,9 +15,11 @@ from networkx.algorithms import isomorphism as iso
 import rods_gym
 from rods_gym import DIFFICULTIES, Suite, TaskSampler, TaskSpec, ToolChainEnv, compute_signature, solve
 from rods_gym.resampler import (
-    Decontaminator, NaiveResampler, Resampler, ResamplerConfig, TaskIndex, binding_key, content_key,
-    held_out_tools, oracle_solves, resample, signature_classes, task_depth,
+    Decontaminator, NaiveResampler, Resampler, ResamplerConfig, TaskIndex, binding_key, content_key, oracle_solves,
+    signature_classes, task_depth,
 )
+from rods_gym.synth import resample
+from rods_gym.tasksets import held_out_tools
 from rods_gym.signature import WL_ITERATIONS, Signature, _simple
 from rods_gym.task import Call, Dep, Turn
 

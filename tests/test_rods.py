@@ -17,11 +17,11 @@ import pytest
 
 from rods_gym import SamplerConfig, Suite, TaskSampler, TaskSpec, compute_signature
 from rods_gym.resampler import NaiveResampler, Resampler
-from rods_gym.trainer.curricula import (
+from rods_gym.curricula import (
     Detector, RODSConfig, RODSSource, ReplayOnlySource, calibrate_kappa, classify, group_stats, rank_probabilities,
     replay_probabilities, staleness_probabilities,
 )
-from rods_gym.trainer.task_source import GroupResult, TaskSource
+from rods_gym.curricula import GroupResult, TaskSource
 
 # returns of one group of G = 8 by region (u = 4 var: 1.0, 0, 0, 0; mu: .5, 1, 0, .5)
 PATTERNS: dict[str, tuple[float, ...]] = {

@@ -11,8 +11,8 @@ import numpy as np
 
 from rods_gym import SamplerConfig, Suite, TaskSampler, TaskSpec, ToolChainEnv
 from rods_gym.resampler import Resampler
-from rods_gym.trainer.curricula import RODSConfig, RODSSource
-from rods_gym.trainer.task_source import GroupResult
+from rods_gym.curricula import RODSConfig, RODSSource
+from rods_gym.curricula import GroupResult
 
 G = 8
 

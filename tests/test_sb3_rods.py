@@ -18,9 +18,9 @@ from stable_baselines3.common.logger import Logger, configure  # noqa: E402
 
 from rods_gym import DIFFICULTIES, Suite, TaskSampler, TaskSpec, ToolChainEnv  # noqa: E402
 from rods_gym.resampler import Resampler  # noqa: E402
-from rods_gym.trainer.curricula import RODSConfig, RODSSource  # noqa: E402
+from rods_gym.curricula import RODSConfig, RODSSource  # noqa: E402
 from rods_gym.trainer.sb3 import CurriculumCallback, CurriculumEnv, TaskSchedule  # noqa: E402
-from rods_gym.trainer.task_source import GroupResult  # noqa: E402
+from rods_gym.curricula import GroupResult  # noqa: E402
 
 
 @pytest.fixture
@@ -105,7 +105,7 @@ def test_curriculum_env_hands_out_groups_and_tags_returns(suite: Suite) -> None:
         ep = info["curriculum"]
         assert ep["return"] == pytest.approx(1.0) and ep["success"] is True and ep["task_id"] == base.task.id
         seen.append((ep["step"], ep["slot"], ep["task_id"]))
-    first = env.schedule.batches[0]
+    first = [env.schedule.slots.task(slot) for slot in range(2)]  # batch 0, drawn and not yet observed
     assert seen == [(0, slot, first[slot].id) for slot in (0, 0, 0, 1, 1, 1)]
     assert np.asarray(env.action_masks()).dtype == bool
     with pytest.raises(ValueError, match="chooses each episode's task"):

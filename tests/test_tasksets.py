@@ -9,7 +9,7 @@ import pytest
 
 from rods_gym import compute_signature, default_suite, load_split
 from rods_gym.envs import TASKSETS_DIR
-from rods_gym.envs.build_tasksets import SPLITS, binding_key, build_split, held_out_tools, quotas
+from rods_gym.tasksets import SPLITS, build_split, pick_held_out_tools, quotas, split_key
 
 
 @pytest.fixture(scope="module")
@@ -39,14 +39,14 @@ def test_splits_disjoint_by_signature_and_bindings(splits):
     seen: dict[tuple[str, str], str] = {}
     for name, tasks in splits.items():
         for t in tasks:
-            key = binding_key(t, suite)
+            key = split_key(t, suite)
             assert key not in seen, f"{t.id} repeats a task of {seen[key]}"
             seen[key] = name
 
 
 def test_ood_tools_never_in_train_dev_test(splits):
     held = set(json.loads((TASKSETS_DIR / "held_out_tools.json").read_text()))
-    assert held == set(held_out_tools(default_suite()))
+    assert held == set(pick_held_out_tools(default_suite()))
     for name in ("train", "dev", "test"):
         used = {c.tool for t in splits[name] for c in t.calls} | {d for t in splits[name] for d in t.distractors}
         assert not used & held, (name, used & held)
@@ -74,24 +74,24 @@ def test_quotas_sum_to_size():
 def test_build_is_reproducible(splits):
     """Rebuilding a split from its spec gives exactly the checked-in file (dev: the smallest)."""
     suite = default_suite()
-    taken = {binding_key(t, suite) for name in ("test",) for t in splits[name]}
+    taken = {split_key(t, suite) for name in ("test",) for t in splits[name]}
     spec = next(s for s in SPLITS if s.name == "dev")
-    rebuilt = build_split(spec, suite, held_out_tools(suite), taken)
+    rebuilt = build_split(spec, suite, pick_held_out_tools(suite), taken)
     assert [t.to_json() for t in rebuilt] == [t.to_json() for t in splits["dev"]]
 
 
 def test_demonstration_tasks_are_fresh_stratified_and_deterministic(splits):
     """Warm-start tasks: drawn like the seeds, never a checked-in task, no held-out tool, solvable."""
     import rods_gym
-    from rods_gym.envs.build_tasksets import demonstration_tasks
+    from rods_gym.tasksets import demonstration_tasks
 
     suite = default_suite()
     tasks = demonstration_tasks(60, seed=505)
     assert len(tasks) == 60 and [t.to_json() for t in demonstration_tasks(60, seed=505)] == [t.to_json() for t in tasks]
     assert [t.to_json() for t in demonstration_tasks(60, seed=506)] != [t.to_json() for t in tasks]
-    taken = {binding_key(t, suite) for ts in splits.values() for t in ts}
-    assert not {binding_key(t, suite) for t in tasks} & taken
-    held = set(held_out_tools(suite))
+    taken = {split_key(t, suite) for ts in splits.values() for t in ts}
+    assert not {split_key(t, suite) for t in tasks} & taken
+    held = set(pick_held_out_tools(suite))
     assert not {c.tool for t in tasks for c in t.calls} & held
     assert set(Counter(t.meta["knobs"]["depth"] for t in tasks)) == {1, 2, 3, 4, 5}
     env = rods_gym.ToolChainEnv(mode="compact")

@@ -23,7 +23,7 @@ from rods_gym.trainer.metrics import read_jsonl
 from rods_gym.trainer.pipeline import prepare_inputs
 from rods_gym.trainer.policy import load_policy
 from rods_gym.trainer.sources import available_sources, make_source
-from rods_gym.trainer.task_source import FixedSeeds, TaskSource
+from rods_gym.curricula import FixedSeeds, TaskSource
 from rods_gym.trainer.threads import torch_threads
 
 from conftest import TIMING_METRICS, SFTCrash, crash_warm_start_after, warm_tiny_policy
@@ -270,7 +270,7 @@ KILLER = textwrap.dedent("""
     from rods_gym.trainer.config import load_config
     from rods_gym.trainer.loop import grpo_train
     from rods_gym.trainer.policy import load_policy
-    from rods_gym.trainer.task_source import FixedSeeds
+    from rods_gym.curricula import FixedSeeds
 
     class DiesMidStep(FixedSeeds):
         # the process is SIGKILLed in the middle of step 3 (after its rollouts, before its update)

@@ -28,12 +28,12 @@ from accelerate import Accelerator
 from accelerate.utils import gather_object
 from tqdm.auto import tqdm
 
+from rods_gym.curricula import DynamicSampling, GroupResult, TaskSource, check_task_source, source_env_options
 from rods_gym.task import TaskSpec
 
 from .checkpoint import (check_world_size, finish_checkpoint, latest_checkpoint, load_rank_rng, load_trainer_state,
                          refuse_stale_checkpoints, set_global_rng_state, write_rank_rng)
 from .config import TrainConfig, env_kwargs
-from .curricula.arms import DynamicSampling
 from .evaluation import evaluate_sets, strip_tokens
 from .grpo import Batch, LossSettings, grpo_loss, group_advantages, make_batch, token_logprobs
 from .lora import adapters_off, add_adapters, is_adapted, load_adapter
@@ -42,8 +42,7 @@ from .metrics import MetricsLogger, memory_mb
 from .policy import Policy, enable_gradient_checkpointing, load_policy, save_policy
 from .rollout import RolloutEngine, RolloutSettings, RolloutStats, Trajectory
 from .sft import advance_schedule
-from .sources import make_source, source_env_options
-from .task_source import GroupResult, TaskSource, check_task_source
+from .sources import make_source
 from .threads import torch_threads
 
 

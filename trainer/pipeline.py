@@ -24,6 +24,7 @@ import torch
 from accelerate import Accelerator
 
 import rods_gym  # noqa: F401  (registers the environments)
+from rods_gym.curricula import TaskSource
 from rods_gym.registration import DIFFICULTY_NAMES
 from rods_gym.task import STRATUM_NAMES, TaskSpec, stratum_name
 
@@ -40,7 +41,6 @@ from .policy import (Policy, check_policy_view, enable_gradient_checkpointing, l
 from .rollout import RolloutEngine, conversation_start, prompt_overflow
 from .sft import check_demonstrations_fit, demonstrations, env_mode, oracle_episode, train_sft
 from .sources import make_source
-from .task_source import TaskSource
 from .threads import torch_threads
 from .tasks import load_tasks, spread, using_fallback
 from .transcript import ChatCodec, TemplateError

@@ -1,76 +1,37 @@
-"""Task sources by name: the registry the training loop builds its curriculum from.
+"""The trainer's task source: ``data.source`` / ``data.source_options`` of a :class:`TrainConfig`, built by the
+curricula registry (:func:`rods_gym.curricula.make_source`), where every arm is defined once for every host.
 
-``make_source(name, cfg, seeds, rng_seed)`` returns a :class:`TaskSource`. Names come from
-``available_sources()``, which is built on each call (no global registry):
-
-- ``fixed``: :class:`FixedSeeds`, epochs over the seed tasks (this module);
-- every name in a ``SOURCES`` mapping of the optional modules ``rods_gym.trainer.rods`` and
-  ``rods_gym.trainer.curricula`` (imported lazily, skipped when absent);
-- every entry point of the group ``rods_gym.sources`` (for packages outside this one).
-
-A factory has the signature ``factory(cfg: TrainConfig, seeds: Sequence[TaskSpec], rng_seed: int)
--> TaskSource``; source-specific knobs are read from ``cfg.data.source_options``.
+A source of your own reaches ``rods train`` by name as an :class:`~rods_gym.curricula.Arm` in the
+``rods_gym.arms`` entry-point group, or as an object: ``grpo_train(..., source=...)``.
 """
 
 from __future__ import annotations
 
-import importlib
-from importlib.metadata import entry_points
-from typing import Any, Callable, Mapping, Sequence
+from typing import Sequence
 
+from rods_gym.curricula import Arm, TaskSource, available_arms
+from rods_gym.curricula import make_source as make_arm_source
+from rods_gym.curricula import source_env_options  # noqa: F401 (the loop's import)
 from rods_gym.task import TaskSpec
 
 from .config import TrainConfig
-from .task_source import FixedSeeds, TaskSource, check_task_source
-
-SourceFactory = Callable[[TrainConfig, Sequence[TaskSpec], int], TaskSource]
-OPTIONAL_MODULES = ("rods_gym.trainer.rods", "rods_gym.trainer.curricula", "rods_gym.bfcl.trainer")
 
 
-def fixed_source(cfg: TrainConfig, seeds: Sequence[TaskSpec], rng_seed: int) -> TaskSource:
-    unknown = set(cfg.data.source_options)
-    if unknown:
-        raise ValueError(f"data.source_options: the fixed source takes no options, got {sorted(unknown)}")
-    return FixedSeeds(seeds, seed=rng_seed)
-
-
-def _module_sources(name: str) -> Mapping[str, SourceFactory]:
-    try:
-        module = importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name == name:  # the optional module does not exist (yet)
-            return {}
-        raise
-    found = getattr(module, "SOURCES", {})
-    if not isinstance(found, Mapping):
-        raise TypeError(f"{name}.SOURCES must be a mapping of name -> factory")
-    return found
-
-
-def available_sources() -> dict[str, SourceFactory]:
-    sources: dict[str, SourceFactory] = {"fixed": fixed_source}
-    for module in OPTIONAL_MODULES:
-        sources.update(_module_sources(module))
-    for ep in entry_points(group="rods_gym.sources"):
-        sources[ep.name] = ep.load()
-    return sources
+def available_sources() -> dict[str, Arm]:
+    """Every arm ``data.source`` may name."""
+    return available_arms()
 
 
 def make_source(name: str, cfg: TrainConfig, seeds: Sequence[TaskSpec], rng_seed: int) -> TaskSource:
-    sources = available_sources()
-    if name not in sources:
-        raise ValueError(f"config data.source={name!r}: choose one of {tuple(sorted(sources))}")
+    """The source ``data.source`` names, with ``data.source_options``, G = ``rollout.group_size`` and the arms'
+    augmented twin of ``data.env_id``. Mistakes are a ``ValueError`` that says where (``data.source...``)."""
+    arms = available_arms()
+    if name not in arms:
+        raise ValueError(f"config data.source={name!r}: choose one of {tuple(sorted(arms))}")
+    where = f"data.source_options (data.source={name})"
     try:
-        source = sources[name](cfg, seeds, rng_seed)
-    except ValueError as exc:  # say where the mistake is, as the config's own errors do
+        return make_arm_source(name, seeds, seed=rng_seed, group_size=cfg.rollout.group_size, env_id=cfg.data.env_id,
+                               options=dict(cfg.data.source_options), where=where)
+    except (ValueError, FileNotFoundError) as exc:  # a mistake found while building: say where, as the parser does
         text = str(exc)
-        raise ValueError(text if text.startswith(("data.", "config ")) else
-                         f"data.source_options of data.source={name}: {text}") from None
-    check_task_source(source, name)
-    return source
-
-
-def source_env_options(source: Any, task: TaskSpec) -> dict[str, Any]:
-    """Per-task reset options a source may ask for (``source.env_options(task)``), else none."""
-    fn = getattr(source, "env_options", None)
-    return dict(fn(task)) if callable(fn) else {}
+        raise type(exc)(text if text.startswith(where) else f"{where}: {text}") from None

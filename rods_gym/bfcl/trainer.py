@@ -126,18 +126,6 @@ class BFCLRodsSource:
         self.resampler.tried, self.resampler.verified = state["resampler"]
 
 
-def bfcl_rods_source(cfg: Any, seeds: Sequence[TaskSpec], rng_seed: int) -> BFCLRodsSource:
-    """The trainer's factory (``factory(cfg, seeds, rng_seed)``), options from ``cfg.data.source_options``."""
-    options = dict(getattr(cfg.data, "source_options", {}) or {})
-    unknown = set(options) - {"pool_share", "per_parent", "pool_size"}
-    if unknown:
-        raise ValueError(f"data.source_options: bfcl_rods takes pool_share, per_parent, pool_size; got {sorted(unknown)}")
-    return BFCLRodsSource(seeds, seed=rng_seed, **options)
-
-
-SOURCES = {"bfcl_rods": bfcl_rods_source}
-
-
 if __name__ == "__main__":
     for split, path in write_task_files().items():
         print(split, path)

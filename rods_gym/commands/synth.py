@@ -20,7 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-from ..resampler import NaiveResampler, Resampler, ResamplerConfig, held_out_tools
+from ..resampler import NaiveResampler, Resampler, ResamplerConfig
+from ..tasksets import held_out_tools
 from ..suite import Suite
 from ..synth import iter_synthesize
 from ..task import TaskSpec, read_jsonl

@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rods_gym.envs import SPLITS, TASKSETS_DIR
-    from rods_gym.envs.build_tasksets import build_all, describe
+    from ..tasksets import build_all, describe
 
     from ..task import read_jsonl
 

@@ -1,8 +1,8 @@
 """TRL's ``GRPOTrainer`` on any ``rods/*`` text env, with a rods-gym curriculum (RODS by default) choosing
 each step's tasks from the group rewards TRL computed. Install with ``pip install "rods-gym[trl]"``.
 
+    from rods_gym.curricula import make_source
     from rods_gym.integrations.trl import TRLCurriculum
-    from rods_gym.integrations.sources import make_source
 
     curriculum = TRLCurriculum(make_source("rods", seeds, group_size=8), "rods/ToolChain-Chat-v0",
                                tasks_per_batch=4, group_size=8)
@@ -51,13 +51,12 @@ from datasets import Dataset
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
+from rods_gym.curricula import Rollout, SlotSchedule, TaskSource
 from rods_gym.task import TaskSpec
 
 from ..trainer.policy import wrap
-from ..trainer.task_source import TaskSource
 from ..trainer.transcript import ChatCodec, Transcript
 from .episodes import TextEpisode, make_text_env
-from .schedule import Rollout, SlotSchedule
 
 SLOT_KEY = "rods_slot"  # in a prompt's message: the curriculum slot of the row
 TASK_KEY = "rods_task"  # in a prompt's message: a fixed task (JSON), for evaluation rows
@@ -97,7 +96,7 @@ class TRLCurriculum:
     """A task source served to TRL's GRPOTrainer: slot dataset, multi-turn rollouts, reward, feedback.
 
     Args:
-        source: the curriculum (``sources.make_source("rods", seeds, group_size=G)`` or any TaskSource).
+        source: the curriculum (``rods_gym.curricula.make_source("rods", seeds, group_size=G)`` or any TaskSource).
         env_id: a text view of a rods env (``rods/ToolChain-Chat-v0``; ``rods/ToolChain-Compact-v0`` for
             the embedded compact tokenizer). A source with its own ``env_id`` (the augmentation arm) wins.
         tasks_per_batch: distinct tasks per generation batch = TRL's ``generation_batch_size // num_generations``.

@@ -41,8 +41,7 @@ from rods_gym.task import TaskSpec
 
 from .episodes import TextEpisode, make_text_env
 from .rows import DEFAULT_ENV_ID, read_task_rows, task_row
-from .schedule import Rollout, SlotSchedule
-from .sources import make_source
+from ..curricula import Rollout, SlotSchedule, make_source
 
 SLOT_FIELD = "rods_slot"
 

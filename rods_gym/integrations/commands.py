@@ -1,4 +1,7 @@
-"""``rods tasks``: export a task set for another trainer (``--to-parquet``: verl's RL dataset format)."""
+"""``rods tasks``: export a task set for another trainer (``--to-parquet``: verl's RL dataset format).
+
+Registered through the ``rods_gym.commands`` entry-point group (pyproject.toml), as the trainer's commands are:
+the core CLI never imports the integrations."""
 
 from __future__ import annotations
 
@@ -22,9 +25,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from rods_gym.envs import SPLITS
 
-    from ..env import load_split
-    from ..integrations.rows import task_rows, write_parquet
-    from ..task import read_jsonl
+    from rods_gym.env import load_split
+    from rods_gym.task import read_jsonl
+
+    from .rows import task_rows, write_parquet
 
     if args.n is not None and args.n < 1:
         print(f"rods tasks: error: --n must be >= 1, got {args.n}", file=sys.stderr)

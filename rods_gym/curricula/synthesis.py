@@ -13,8 +13,8 @@ from typing import Any, Collection, Iterator, Protocol, Sequence, runtime_checka
 
 import numpy as np
 
-from rods_gym.resampler import TaskIndex
-from rods_gym.task import TaskSpec
+from ..task import TaskSpec
+from ..task_keys import TaskIndex
 
 from .config import RODSConfig
 

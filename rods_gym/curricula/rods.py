@@ -1,4 +1,4 @@
-"""RODS: Reward-driven Online Data Synthesis, as a :class:`~rods_gym.trainer.task_source.TaskSource`.
+"""RODS: Reward-driven Online Data Synthesis, as a :class:`~rods_gym.curricula.TaskSource`.
 
 One training step, seen from the source::
 
@@ -25,7 +25,7 @@ from rods_gym.signature import compute_signature
 from rods_gym.suite import Suite, default_suite
 from rods_gym.task import TaskSpec
 
-from ..task_source import GroupResult
+from .source import GroupResult
 from .config import RODSConfig
 from .detector import REGIONS, Detector
 from .pool import PoolEntry, ReplayPool, replay_probabilities

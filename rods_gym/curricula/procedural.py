@@ -1,6 +1,6 @@
 """Arm "procedural": a fresh sampler task for every group (the upper reference of the headline benchmark).
 
-Each task is drawn like the train split's seeds (``rods_gym.envs.build_tasksets``: the same depth x
+Each task is drawn like the train split's seeds (:mod:`rods_gym.tasksets`: the same depth x
 turn-type strata and their shares, the same sampler knobs), from its own sampler seed and world range,
 with the OOD split's held-out tools excluded, never equal (signature and bindings) to a task of any
 checked-in split or to an earlier task of the stream, and solved by the oracle in ``view`` before it is
@@ -15,14 +15,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from rods_gym.env import ToolChainEnv
-from rods_gym.envs import taskset_path
-from rods_gym.envs.build_tasksets import DEPTHS, STRATA, binding_key, held_out_tools, solvable_everywhere
-from rods_gym.sampler import SamplerConfig, SamplingError, TaskSampler
-from rods_gym.suite import Suite, default_suite
-from rods_gym.task import TaskSpec, read_jsonl
-
-from ..task_source import GroupResult
+from ..env import ToolChainEnv
+from ..envs import taskset_path
+from ..sampler import SamplerConfig, SamplingError, TaskSampler
+from ..suite import Suite, default_suite
+from ..task import TaskSpec, read_jsonl
+from ..tasksets import DEPTHS, STRATA, pick_held_out_tools, solvable_everywhere, split_key
+from .source import GroupResult
 
 SPLIT_NAMES = ("train", "dev", "test", "ood")
 MAX_TRIES = 400  # sampler draws per wanted task before giving up on a cell
@@ -45,12 +44,12 @@ class ProceduralSource:
         self.seed = int(seed)
         self.suite = suite or default_suite()
         self.view = view
-        self.held = held_out_tools(self.suite)
+        self.held = pick_held_out_tools(self.suite)
         self.rng = np.random.default_rng([self.seed, 0x9A0C])
         self.cells = [(d, s) for d in DEPTHS for s in STRATA]
         shares = np.array([STRATA[s][0] for _, s in self.cells], dtype=np.float64)
         self.p = shares / shares.sum()
-        self._taken = {binding_key(t, self.suite) for split in SPLIT_NAMES if taskset_path(split).exists()
+        self._taken = {split_key(t, self.suite) for split in SPLIT_NAMES if taskset_path(split).exists()
                        for t in read_jsonl(taskset_path(split))}
         self._samplers: dict[int, TaskSampler] = {}
         self._index: dict[int, int] = {}
@@ -82,7 +81,7 @@ class ProceduralSource:
                 continue
             if task.meta["knobs"]["depth"] != depth:
                 continue
-            key = binding_key(task, self.suite)
+            key = split_key(task, self.suite)
             if key in self._taken or not solvable_everywhere(task, [self._env]):
                 continue
             self._taken.add(key)

@@ -1,92 +1,21 @@
-"""The comparison arms other than RODS, behind the same task-source interface (the evaluation protocol: README, "Benchmarks").
+"""Ablation "dapo": DAPO-style dynamic sampling (Yu et al., 2025) over the seeds.
 
-* ``fixed``    :class:`~rods_gym.trainer.task_source.FixedSeeds`: epochs over the seeds.
-* ``augment``  :class:`AugmentedSeeds`: the same seeds, but the trainer must run them in the
-  augmented environment ``rods/ToolChain-Aug-*-v0`` (its :attr:`AugmentedSeeds.env_id`).
-* ``offline``  :class:`OfflinePipeline`: epochs over tasks synthesized once, up front
-  (``rods synth``: 17,000 variants of uniformly chosen seeds), read from JSONL.
-* ``dapo``     :class:`DynamicSamplingSource`: DAPO-style dynamic sampling over the seeds:
-  groups with zero reward variance are dropped and replaced by fresh tasks, and the rollouts
-  of the replacements are counted in :attr:`extra_rollouts`.
-
-The ablations "replay_only" and "naive" are RODS variants (see :mod:`.rods`).
+Groups with zero reward variance are dropped and replaced by fresh tasks within the step; the rollouts of the
+replacements are counted in :attr:`DynamicSamplingSource.extra_rollouts`. Only a host that can run extra
+rollout rounds within a step (``rods train``'s loop) can use it: the schedules of the Gymnasium/SB3, TRL and
+verl hosts refuse it, since those run exactly the rollouts they planned.
 """
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from rods_gym.task import TaskSpec, read_jsonl
-
-from ..task_source import FixedSeeds, GroupResult
-
-AUGMENTED_ENV_ID = "rods/ToolChain-Aug-v0"
-
-
-class EpochSource(FixedSeeds):
-    """:class:`FixedSeeds` that also reports how many distinct tasks it has handed out."""
-
-    def __init__(self, tasks: Sequence[TaskSpec], seed: int = 0) -> None:
-        super().__init__(tasks, seed)
-        self._drawn = 0
-
-    def next_batch(self, step: int, n_tasks: int) -> list[TaskSpec]:
-        if n_tasks < 1:
-            raise ValueError(f"next_batch: n_tasks must be >= 1, got {n_tasks}")
-        self._drawn += n_tasks
-        return super().next_batch(step, n_tasks)
-
-    def telemetry(self) -> dict[str, float]:
-        # epochs cover every task before any repeats, so the distinct count is exact
-        return {**super().telemetry(), "tasks_seen": float(min(self._drawn, len(self.tasks)))}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "name": self.name, "drawn": self._drawn}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("name", self.name) != self.name:
-            raise ValueError(f"state of source {state['name']!r} loaded into source {self.name!r}")
-        super().load_state_dict(state)
-        self._drawn = int(state["drawn"])
-
-
-class AugmentedSeeds(EpochSource):
-    """Arm "augment": the seeds in epochs, run in the augmented environment.
-
-    The source only chooses tasks; the augmentation (error hints, renamed/reordered tools and
-    parameters, distractors, re-drawn world state) lives in the env. The trainer must build
-    its envs as ``gym.make(source.env_id, **source.env_kwargs)`` for this arm (e.g.
-    ``rods/ToolChain-Aug-Compact-v0`` for the compact view; ``env_kwargs`` may carry
-    ``augment=`` intensities, see :class:`rods_gym.augment.AugmentConfig`).
-    """
-
-    name = "augment"
-
-    def __init__(self, tasks: Sequence[TaskSpec], seed: int = 0, *, env_id: str = AUGMENTED_ENV_ID,
-                 env_kwargs: Mapping[str, Any] | None = None) -> None:
-        super().__init__(tasks, seed)
-        self.env_id = env_id
-        self.env_kwargs = dict(env_kwargs or {})
-
-
-class OfflinePipeline(EpochSource):
-    """Arm "offline": uniform epochs (seeded shuffles) over a fixed set of pre-synthesized tasks."""
-
-    name = "offline"
-
-    @classmethod
-    def from_jsonl(cls, path: str | Path, seed: int = 0) -> "OfflinePipeline":
-        path = Path(path)
-        if not path.exists():
-            raise FileNotFoundError(f"offline task file {path} does not exist; synthesize it with `rods synth`")
-        tasks = read_jsonl(path)
-        if not tasks:
-            raise ValueError(f"offline task file {path} holds no tasks")
-        return cls(tasks, seed)
+from ..task import TaskSpec
+from .fixed import FixedSeeds
+from .source import GroupResult
 
 
 @runtime_checkable
@@ -142,7 +71,7 @@ class DynamicSamplingSource:
             raise ValueError(f"max_refill_rounds must be >= 0, got {max_refill_rounds}")
         if not 0.0 < min_informative_rate <= 1.0:
             raise ValueError(f"min_informative_rate must lie in (0, 1], got {min_informative_rate}")
-        self.stream = EpochSource(tasks, seed)
+        self.stream = FixedSeeds(tasks, seed)
         self.max_refill_rounds = max_refill_rounds
         self.min_informative_rate = min_informative_rate
         self._extra = 0
