@@ -253,7 +253,7 @@ def test_loop_logs_every_metric_and_checkpoints_everything(task_file: Path, warm
     assert ckpt is not None and ckpt.name == "step-000002"
     state = torch.load(ckpt / "trainer_state.pt", weights_only=False)
     assert {"optimizer", "scheduler", "source", "history", "global_rng", "step"} <= set(state)
-    assert set(state["source"]) == {"rng", "order", "pos"} and state["step"] == 2
+    assert set(state["source"]) == {"name", "rng", "order", "pos", "drawn"} and state["step"] == 2
     assert (ckpt / "rng-rank0.pt").exists()
     reloaded = load_policy(ckpt / "policy")
     for a, b in zip(reloaded.model.parameters(), policy.model.parameters()):
