@@ -164,15 +164,15 @@ class ToolEpisode:
         rng = np.random.default_rng(seed) if seed is not None else self.env.unwrapped.np_random
         return {"task": pool[int(rng.integers(0, len(pool)))].id}
 
-    def start(self, *, task: Any = None, task_id: Any = None, split: Any = None, seed: int | None = None
-              ) -> list[dict[str, Any]]:
+    def start(self, *, task: Any = None, task_id: Any = None, split: Any = None, seed: int | None = None,
+              options: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         """Reset the env on the chosen task; returns the conversation so far (system prompt, first request).
-        A bad choice raises ``ValueError``/``KeyError``/``TypeError`` naming it, and the previous episode is left
-        as it was."""
+        ``options``: more ``reset`` options (a curriculum's ``env_options``). A bad choice raises
+        ``ValueError``/``KeyError``/``TypeError`` naming it, and the previous episode is left as it was."""
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
             raise TypeError(f"reset: seed must be a non-negative int or None, not {seed!r}")
         with self._lock:
-            options = self._options(task, task_id, split, seed)
+            options = {**dict(options or {}), **self._options(task, task_id, split, seed)}
             _, info = self.env.reset(seed=seed, options=options)
             self.task_id = str(info["task_id"])
             self.messages = list(self.env.unwrapped.messages)
