@@ -68,7 +68,7 @@ def run_one(label: str, overrides: dict[str, Any], seed: int, budget: int, out: 
 
     from rods_gym import load_split
     from rods_gym.trainer.features_grpo import FeaturesGRPO, FeaturesGRPOConfig
-    from rods_gym.trainer.task_source import FixedSeeds
+    from rods_gym.curricula import FixedSeeds
 
     config = replace(FeaturesGRPOConfig(), **overrides)
     key = {"variant": label, "config": asdict(config), "seed": seed, "budget": budget, "env_id": ENV_ID}

@@ -14,10 +14,9 @@ import torch
 
 import rods_gym  # noqa: F401  (registers the env ids)
 from rods_gym import TaskSpec, load_split
+from rods_gym.curricula import DynamicSamplingSource, FixedSeeds, GroupResult, TaskSchedule, make_source
 from rods_gym.trainer.features_grpo import (FeaturesGRPO, FeaturesGRPOConfig, Rollouts, advantages, collect,
                                             grpo_loss, step_weights)
-from rods_gym.trainer.sb3 import TaskSchedule
-from rods_gym.trainer.task_source import FixedSeeds, GroupResult
 
 ENV_ID = "rods/ToolChain-Easy-Features-v0"
 SMALL = FeaturesGRPOConfig(group_size=4, tasks_per_step=4, n_envs=4, epochs=2, minibatches=2)
@@ -225,6 +224,13 @@ def test_the_curriculum_observes_every_group_once_with_the_learners_returns() ->
     assert ran == sorted((gr.task.id, r) for _, groups in source.observed for gr in groups for r in gr.returns)
 
 
+def test_a_source_that_asks_for_its_env_is_trained_in_it() -> None:
+    source = make_source("augment", spread(8), seed=0, group_size=SMALL.group_size, env_id=ENV_ID)
+    learner = FeaturesGRPO(ENV_ID, source, SMALL, seed=0).learn(50)
+    assert learner.train_env_id == source.env_id == "rods/ToolChain-Aug-Features-v0" != learner.env_id
+    assert all(env.spec.id == source.env_id for env in learner.envs) and learner.num_timesteps >= 50
+
+
 def test_bad_settings_and_envs_are_refused_with_a_clear_error() -> None:
     with pytest.raises(ValueError, match="group_size must be >= 2"):
         FeaturesGRPOConfig(group_size=1)
@@ -234,8 +240,6 @@ def test_bad_settings_and_envs_are_refused_with_a_clear_error() -> None:
         FeaturesGRPO("rods/ToolChain-Easy-Structured-v0", FixedSeeds(spread(4)), SMALL)
     with pytest.raises(ValueError, match="tasks_per_step x group_size"):
         FeaturesGRPO(ENV_ID, TaskSchedule(FixedSeeds(spread(4)), tasks_per_batch=2, group_size=4), SMALL)
-    from rods_gym.trainer.curricula import DynamicSamplingSource
-
     with pytest.raises(ValueError, match="select/refill"):
         FeaturesGRPO(ENV_ID, DynamicSamplingSource(spread(4)), SMALL)
     learner = FeaturesGRPO(ENV_ID, None, SMALL)

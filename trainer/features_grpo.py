@@ -10,18 +10,19 @@ gradient; a critic-based learner (return - V(s)) would still move on it. The los
 (``action_masks()``), a few epochs over minibatches, with optional k3 KL to the initial policy (``beta``, off by
 default) and an optional entropy bonus (``ent_coef``); no value network. The MLP policy runs on one core.
 
-Tasks come from any task source through the same contract as :class:`~rods_gym.trainer.sb3.CurriculumEnv`: a
-:class:`~rods_gym.trainer.sb3.TaskSchedule` hands out ``(step, slot, task)`` episodes, G per task; each batch is
+Tasks come from any task source through the same contract as :class:`~rods_gym.curricula.CurriculumEnv`: a
+:class:`~rods_gym.curricula.TaskSchedule` hands out ``(step, slot, task)`` episodes, G per task; each batch is
 rolled out whole with the current policy (``n_envs`` envs stepped in lockstep, one batched forward pass per
-step), the source observes the batch's groups (the same returns the update uses: the curriculum costs no extra
-episode), then the policy is updated. Usage::
+step), every episode's return is reported back, so the source observes the batch's groups (the same returns the
+update uses: the curriculum costs no extra episode), then the policy is updated. A source that asks for its own
+env (``env_id``/``env_kwargs``, the augmentation arms) is trained in it. Usage::
 
     from rods_gym import load_split
+    from rods_gym.curricula import make_source
     from rods_gym.trainer.features_grpo import FeaturesGRPO, FeaturesGRPOConfig
-    from rods_gym.trainer.task_source import FixedSeeds
 
-    learner = FeaturesGRPO("rods/ToolChain-Easy-Features-v0", FixedSeeds(load_split("train"), seed=0),
-                           FeaturesGRPOConfig(), seed=0)
+    source = make_source("rods", load_split("train"), seed=0, group_size=8, env_id="rods/ToolChain-Features-v0")
+    learner = FeaturesGRPO("rods/ToolChain-Features-v0", source, FeaturesGRPOConfig(), seed=0)
     learner.learn(196_608)                         # env steps; learn(a); learn(b) runs exactly as learn(a + b)
     actions, _ = learner.predict(obs_batch, action_masks=mask_batch, deterministic=True)  # MaskablePPO's signature
     learner.save("grpo.pt")                        # resume: FeaturesGRPO.load("grpo.pt", a fresh source)
@@ -44,9 +45,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from rods_gym.curricula import TaskSchedule, TaskSource, source_env_options
+
 from .grpo import SCALES, clipped_surrogate, group_advantages, k3_kl
-from .sb3 import TaskSchedule
-from .task_source import GroupResult, TaskSource, check_task_source
 from .threads import torch_threads
 
 AGGREGATIONS = ("token", "sequence")  # token: mean over steps; sequence: each episode's step mean, then the mean
@@ -213,15 +214,17 @@ class FeaturesGRPO:
 
     Args:
         env_id: a registered features-view id (``rods/ToolChain-*-Features-v0``; ``Box`` observation, ``Discrete``
-            candidates, ``action_masks()``); the envs are made with ``gym.make(env_id, **env_kwargs)``.
-        source: a :class:`~rods_gym.trainer.task_source.TaskSource` (a schedule of ``config.tasks_per_step`` tasks
-            x ``config.group_size`` episodes is made), a :class:`~rods_gym.trainer.sb3.TaskSchedule` with those
+            candidates, ``action_masks()``). The training envs are ``gym.make(train_env_id, **train_env_kwargs)``:
+            the source's ``env_id`` and ``env_kwargs`` when it has them (the augmented twin), else ``env_id``
+            and ``env_kwargs``.
+        source: a :class:`~rods_gym.curricula.TaskSource` (a schedule of ``config.tasks_per_step`` tasks
+            x ``config.group_size`` episodes is made), a fresh :class:`~rods_gym.curricula.TaskSchedule` with those
             sizes, or ``None`` for a learner that only predicts (``learn`` then refuses).
         config: :class:`FeaturesGRPOConfig`.
         seed: seeds the initial policy, the sampling, the minibatches and every episode's ``reset`` seed.
         envs: the envs to step in lockstep instead of ``config.n_envs`` made ones (any number; e.g. wrapped to
-            time them); each needs ``reset(seed=, options={"task": ...})`` and ``action_masks()`` (found through
-            ``get_wrapper_attr``).
+            time them; the source's env hook is then the caller's business); each needs ``reset(seed=,
+            options={"task": ...})`` and ``action_masks()`` (found through ``get_wrapper_attr``).
     """
 
     def __init__(self, env_id: str, source: TaskSource | TaskSchedule | None,
@@ -232,15 +235,18 @@ class FeaturesGRPO:
         self.seed = int(seed)
         self.env_kwargs = dict(env_kwargs or {})
         self.schedule = _schedule(source, self.config)
+        hook = self.schedule.source if self.schedule is not None else None
+        self.train_env_id = str(getattr(hook, "env_id", None) or env_id)
+        self.train_env_kwargs = {**self.env_kwargs, **dict(getattr(hook, "env_kwargs", None) or {})}
         self._envs = list(envs) if envs is not None else None
         if envs is not None and not self._envs:
             raise ValueError("FeaturesGRPO: envs is empty (give at least one env, or None to make config.n_envs)")
-        spec_env = self._envs[0] if self._envs else gym.make(env_id, **self.env_kwargs)
+        spec_env = self._envs[0] if self._envs else gym.make(self.train_env_id, **self.train_env_kwargs)
         obs_space, act_space = spec_env.observation_space, spec_env.action_space
         if not (isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1
                 and isinstance(act_space, gym.spaces.Discrete)):
             raise ValueError(f"FeaturesGRPO needs a flat Box observation and Discrete actions (the features view, "
-                             f"rods/ToolChain-*-Features-v0); {env_id!r} has {obs_space} and {act_space}")
+                             f"rods/ToolChain-*-Features-v0); {self.train_env_id!r} has {obs_space} and {act_space}")
         self.obs_dim, self.n_actions = int(obs_space.shape[0]), int(act_space.n)
         # every random draw comes from these, seeded here and saved with the learner
         self.rng = np.random.default_rng(self.seed)  # episodes' reset seeds
@@ -287,7 +293,7 @@ class FeaturesGRPO:
     @property
     def envs(self) -> list[gym.Env]:
         if self._envs is None:
-            self._envs = [gym.make(self.env_id, **self.env_kwargs) for _ in range(self.config.n_envs)]
+            self._envs = [gym.make(self.train_env_id, **self.train_env_kwargs) for _ in range(self.config.n_envs)]
         return self._envs
 
     def _observe(self, batch: Rollouts) -> None:
@@ -296,11 +302,6 @@ class FeaturesGRPO:
         schedule = self.schedule
         assert schedule is not None
         returns, successes = batch.returns.tolist(), batch.successes.tolist()
-        if not hasattr(schedule, "report"):  # the schedule of rods_gym.trainer.sb3 before the curricula moved
-            groups = [GroupResult(task, tuple(returns[i]), tuple(successes[i])) for i, task in enumerate(batch.tasks)]
-            schedule.source.observe(batch.step, groups)
-            del schedule.batches[batch.step]
-            return
         observed = [schedule.report(batch.step, slot, r, ok) for slot in range(len(batch.tasks))
                     for r, ok in zip(returns[slot], successes[slot])]
         if not observed[-1]:
@@ -371,7 +372,7 @@ class FeaturesGRPO:
             "counters": {"num_timesteps": self.num_timesteps, "target_timesteps": self.target_timesteps,
                          "episodes": self.episodes, "updates": self.updates},
             "log": self.log,
-            "schedule": None if self.schedule is None else _schedule_state(self.schedule),
+            "schedule": None if self.schedule is None else self.schedule.state_dict(),  # the source's state too
         }
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         torch.save(state, path)
@@ -400,7 +401,7 @@ class FeaturesGRPO:
         if learner.schedule is not None:
             if state["schedule"] is None:
                 raise ValueError(f"{path} was saved without a task source; it cannot continue training")
-            _load_schedule_state(learner.schedule, state["schedule"])
+            learner.schedule.load_state_dict(state["schedule"])
         return learner
 
 
@@ -414,27 +415,9 @@ def _schedule(source: TaskSource | TaskSchedule | None, config: FeaturesGRPOConf
             raise ValueError(f"FeaturesGRPO: the schedule hands out {schedule.tasks_per_batch} tasks x "
                              f"{schedule.group_size} episodes, the config asks for {config.tasks_per_step} x "
                              f"{config.group_size} (tasks_per_step x group_size)")
-    else:
-        schedule = TaskSchedule(source, tasks_per_batch=config.tasks_per_step, group_size=config.group_size)
-    check_task_source(schedule.source)
-    if callable(getattr(schedule.source, "select", None)) or callable(getattr(schedule.source, "refill", None)):
-        raise ValueError(f"task source {schedule.source.name!r} refills groups with extra rollouts (select/refill, "
-                         "DAPO-style); FeaturesGRPO runs exactly the B x G episodes of each step")
-    return schedule
-
-
-def _schedule_state(schedule: TaskSchedule) -> dict[str, Any]:
-    if hasattr(schedule, "state_dict"):
-        return {"schedule": schedule.state_dict()}
-    return {"next_step": schedule.next_step, "source": schedule.source.state_dict()}  # the pre-move schedule
-
-
-def _load_schedule_state(schedule: TaskSchedule, state: Mapping[str, Any]) -> None:
-    if "schedule" in state:
-        schedule.load_state_dict(state["schedule"])
-    else:
-        schedule.next_step = state["next_step"]
-        schedule.source.load_state_dict(state["source"])
+        return schedule
+    # the schedule checks the source, and refuses DAPO-style select/refill: a step runs the B x G it planned
+    return TaskSchedule(source, tasks_per_batch=config.tasks_per_step, group_size=config.group_size)
 
 
 def _check_masks(masks: torch.Tensor, where: str) -> None:
@@ -451,6 +434,7 @@ def collect(learner: FeaturesGRPO, envs: Sequence[gym.Env]) -> Rollouts:
     The seam for a batched vector env: this function is the only code that touches the envs."""
     schedule, cfg = learner.schedule, learner.config
     assert schedule is not None
+    source = schedule.source
     planned = [schedule.next_episode() for _ in range(cfg.episodes_per_step)]
     step = planned[0][0]
     tasks = [task for _, _, task in planned[::cfg.group_size]]
@@ -471,7 +455,8 @@ def collect(learner: FeaturesGRPO, envs: Sequence[gym.Env]) -> Rollouts:
 
     def begin(e: int, i: int) -> tuple[int, int, np.ndarray]:
         """Env ``e`` starts episode ``i``: (env, episode, first observation)."""
-        return e, i, envs[e].reset(seed=int(seeds[i]), options={"task": planned[i][2]})[0]
+        task = planned[i][2]
+        return e, i, envs[e].reset(seed=int(seeds[i]), options={**source_env_options(source, task), "task": task})[0]
 
     live = [begin(e, i) for e, i in zip(range(len(envs)), todo)]  # (env, episode, observation), env order
     while live:
