@@ -33,7 +33,7 @@ from transformers.utils import logging as hf_logging
 from trl import GRPOConfig
 
 from rods_gym import load_split
-from rods_gym.integrations.sources import SOURCE_NAMES, make_source
+from rods_gym.curricula import arm_names, make_source
 from rods_gym.integrations.tool_episode import ToolEpisode, oracle_call
 from rods_gym.integrations.trl_env import (CLASS_NAME, TRLToolCurriculum, demonstration, tool_calling_tokenizer,
                                            warm_start)
@@ -98,7 +98,7 @@ def main() -> None:
     ap.add_argument("--model", default="tiny", help="tiny (embedded), a local save_pretrained directory or a hub name")
     ap.add_argument("--allow-download", action="store_true", help="let --model be downloaded from the hub")
     ap.add_argument("--env-id", default="rods/ToolChain-Chat-v0", help="a chat view (rods/BFCL-MultiTurn-v0, ...)")
-    ap.add_argument("--source", choices=SOURCE_NAMES, default="replay_only")
+    ap.add_argument("--source", choices=arm_names(), default="replay_only")
     ap.add_argument("--tools", choices=("seeds", "all"), default="seeds",
                     help="the class's tools: the seeds' (tiny model) or every tool of the env")
     ap.add_argument("--seeds", type=int, default=8, help="seed tasks (one-call train tasks with --tools seeds)")
@@ -123,7 +123,7 @@ def main() -> None:
 
     seeds = one_call_tasks(args.seeds) if args.tools == "seeds" else load_split("train")[:args.seeds]
     G, K = args.group_size, args.tasks_per_step
-    source = make_source(args.source, seeds, seed=args.seed, group_size=G,
+    source = make_source(args.source, seeds, seed=args.seed, group_size=G, env_id=args.env_id,
                          options=None if args.source == "fixed" else {"kappa_rule": "fixed", "kappa": 0.05})
     tools = sorted({name for t in seeds for name in t.tools}) if args.tools == "seeds" else None
     curriculum = TRLToolCurriculum(source, args.env_id, tasks_per_batch=K, group_size=G, tools=tools)

@@ -27,7 +27,7 @@ from transformers.utils import get_json_schema  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 from rods_gym import load_split  # noqa: E402
-from rods_gym.integrations.sources import make_source  # noqa: E402
+from rods_gym.curricula import make_source  # noqa: E402
 from rods_gym.integrations.tool_episode import USER_TOOL, suite_tools  # noqa: E402
 from rods_gym.integrations.trl import SLOT_KEY  # noqa: E402
 from rods_gym.integrations.trl_env import (CLASS_NAME, ToolEnvironment, TRLToolCurriculum,  # noqa: E402

@@ -26,7 +26,8 @@ How it plugs in (read from trl 1.16's ``GRPOTrainer``):
   names the task's own tools in the first user message (``name_task_tools``). A tool outside the task answers with
   the env's error, as an unknown tool does. With a restricted ``tools`` list, a task over another tool stops
   training with an error naming it; restrict only with a curriculum whose tasks stay inside it (fixed seeds, or a
-  source whose resampler excludes the other tools). TRL's ``dict`` form (one class per environment name, chosen by
+  source whose resampler excludes the other tools). The augmentation arms rename tools per episode, so they do
+  not fit a fixed class (use the ``rollout_func`` adapter). TRL's ``dict`` form (one class per environment name, chosen by
   an ``environment`` column) cannot serve a curriculum: the column is read when the row is fetched, before the
   curriculum has observed the previous group.
 - **Rows are curriculum slots**, as in the ``rollout_func`` adapter: ``dataset(args)`` holds one row per prompt
@@ -53,9 +54,9 @@ from typing import Any, Literal, Union
 
 from datasets import Dataset
 
+from rods_gym.curricula import TaskSource
 from rods_gym.task import TaskSpec
 
-from ..trainer.task_source import TaskSource
 from .tool_episode import USER_TOOL, ToolEpisode, suite_tools, task_tool_names
 from .trl import SLOT_KEY, RODSCallback, TRLCurriculum, generations_needed
 
@@ -187,7 +188,8 @@ class TRLToolCurriculum:
     """A task source served to TRL's GRPOTrainer through ``environment_factory``.
 
     Args:
-        source: the curriculum (``make_source("rods", seeds, group_size=G)`` or any TaskSource).
+        source: the curriculum (``rods_gym.curricula.make_source("rods", seeds, group_size=G, env_id=...)`` or any
+            TaskSource).
         env_id: a chat view (``rods/ToolChain-Chat-v0``, ``rods/BFCL-MultiTurn-v0``, ...).
         tasks_per_batch: distinct tasks per generation batch = ``generation_batch_size // num_generations``.
         group_size: G = TRL's ``num_generations``.

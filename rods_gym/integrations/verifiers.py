@@ -129,7 +129,7 @@ class RodsTaskset(vf.Taskset[RodsTask, RodsTasksetConfig]):
         if not c.stream:
             yield from (self._task(r) for r in rows)
             return
-        from .sources import make_source
+        from rods_gym.curricula import make_source
 
         by_id = {r[0]: r for r in rows}
         if is_bfcl(c.env_id):
@@ -139,7 +139,7 @@ class RodsTaskset(vf.Taskset[RodsTask, RodsTasksetConfig]):
             seeds = [to_taskspec(tasks_by_id()[r[0]]) for r in rows]
         else:
             seeds = [TaskSpec.from_dict(r[3]) for r in rows]
-        source = make_source(c.curriculum, seeds, seed=c.seed, group_size=2)
+        source = make_source(c.curriculum, seeds, seed=c.seed, group_size=2, env_id=c.env_id)
         for batch in itertools.count():
             for task in source.next_batch(batch, len(rows)):
                 yield self._task(by_id[task.id])
