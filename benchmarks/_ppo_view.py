@@ -1,10 +1,12 @@
 """What benchmarks/ppo_throughput.py and benchmarks/ppo_regime.py share: MaskablePPO on a rods view (the
 ``structured`` Dict view or the ``features`` Box view), a procedural task stream, and batched greedy /
-random-masked evaluation on a list of tasks."""
+random-masked evaluation on a list of tasks (through ``benchmarks.evaluator``)."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import gymnasium as gym
@@ -16,6 +18,10 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 from rods_gym import TaskSpec, ToolChainEnv
 from rods_gym.features_env import FeaturesEnv
+
+if str(Path(__file__).resolve().parents[1]) not in sys.path:  # imported by name from a script in benchmarks/
+    sys.path.append(str(Path(__file__).resolve().parents[1]))
+from benchmarks.evaluator import action_dims, greedy_evaluate, random_masked_predict  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -36,11 +42,18 @@ class PPOConfig:
         return self.n_envs * self.n_steps
 
 
-# the one variant tried against PPOConfig() (lr 3e-4, ent 0.01, [64, 64]), on the dev split: procedural arm at
-# 49,152 steps dev 0.420 (PPOConfig()'s earlier run had shown 0.297 at that point, measured on test: the
-# comparison was not dev against dev; no other setting was tried). ppo_regime.py's cpu scale and the headline's
-# cpu/gpu scales (the saturation regime) use it.
-SATURATION_PPO = PPOConfig(learning_rate=1e-3, ent_coef=0.02, net_arch=(128, 128))
+def _saturation() -> PPOConfig:
+    """The one variant tried against PPOConfig() (lr 3e-4, ent 0.01, [64, 64]), on the dev split: procedural arm at
+    49,152 steps dev 0.420 (PPOConfig()'s earlier run had shown 0.297 at that point, measured on test: the
+    comparison was not dev against dev; no other setting was tried). Defined once, in configs/ppo_regime.yaml's cpu
+    scale; the headline's cpu/gpu scales name it there too."""
+    import yaml
+
+    ppo = dict(yaml.safe_load((Path(__file__).resolve().parent / "configs" / "ppo_regime.yaml").read_text())["cpu"]["ppo"])
+    return PPOConfig(**{**ppo, "net_arch": tuple(ppo["net_arch"])})
+
+
+SATURATION_PPO = _saturation()
 
 
 def make_view_env(view: str, task_set: Any = None, **kwargs: Any) -> ToolChainEnv:
@@ -91,8 +104,9 @@ def make_model(view: str, env_fns: Sequence[Callable[[], gym.Env]], ppo: PPOConf
 
 
 class Evaluator:
-    """Success rate over a task list (each task once), ``n_envs`` envs of ``view`` stepped in lockstep
-    (built once: an env takes a while to build)."""
+    """Success rate over a task list (each task once), ``n_envs`` envs of ``view`` stepped in lockstep (built once:
+    an env takes a while to build), through the one batched evaluator (``benchmarks.evaluator.greedy_evaluate``);
+    each reset takes the env's own generator as it stands (``seed=None``), as this class always did."""
 
     def __init__(self, view: str, n_envs: int = 32, **env_kwargs: Any) -> None:
         self.view = view
@@ -100,31 +114,9 @@ class Evaluator:
 
     def __call__(self, tasks: Sequence[TaskSpec], act: Callable[[Any, np.ndarray], np.ndarray]) -> dict[str, float]:
         """Task id -> success; ``act(obs batch, mask batch)`` gives one action per env."""
-        queue = list(reversed(tasks))
-        live: list[tuple[ToolChainEnv, Any]] = []
-        successes: dict[str, float] = {}
-        for env in self.envs:
-            if queue:
-                live.append((env, env.reset(options={"task": queue.pop()})[0]))
-        while live:
-            actions = act(_stack([o for _, o in live]), np.stack([env.action_masks() for env, _ in live]))
-            nxt = []
-            for (env, _), a in zip(live, actions):
-                o, _, terminated, truncated, info = env.step(a)
-                if terminated or truncated:
-                    successes[info["task_id"]] = float(info["success"])
-                    if queue:
-                        nxt.append((env, env.reset(options={"task": queue.pop()})[0]))
-                else:
-                    nxt.append((env, o))
-            live = nxt
-        return successes
-
-
-def _stack(obs: list[Any]) -> Any:
-    if isinstance(obs[0], dict):
-        return {k: np.stack([o[k] for o in obs]) for k in obs[0]}
-    return np.stack(obs)
+        res = greedy_evaluate(lambda obs, action_masks, deterministic: (act(obs, action_masks), None), self.envs,
+                              tasks, seed=None)
+        return {i: float(ok) for i, ok in zip(res["ids"], res["success"])}
 
 
 def greedy(model: MaskablePPO) -> Callable[[Any, np.ndarray], np.ndarray]:
@@ -135,23 +127,7 @@ def greedy(model: MaskablePPO) -> Callable[[Any, np.ndarray], np.ndarray]:
 
 
 def random_masked(view: str, seed: int) -> Callable[[Any, np.ndarray], np.ndarray]:
-    """Uniform over the valid choices (per action dimension in the structured view)."""
-    rng = np.random.default_rng(seed)
-    nvec = None
-    if view == "structured":
-        nvec = [int(n) for n in make_view_env("structured").action_space.nvec]
-
-    def act(obs: Any, masks: np.ndarray) -> np.ndarray:
-        out = []
-        for m in masks:
-            if nvec is None:
-                out.append(int(rng.choice(np.flatnonzero(m))))
-            else:
-                a, start = [], 0
-                for n in nvec:
-                    a.append(int(rng.choice(np.flatnonzero(m[start:start + n]))))
-                    start += n
-                out.append(a)
-        return np.array(out)
-
-    return act
+    """Uniform over the valid choices (per action dimension in the structured view): the random masked agent of
+    ``benchmarks.evaluator`` as an ``act(obs, masks)``."""
+    predict = random_masked_predict(seed, action_dims(make_view_env(view).action_space))
+    return lambda obs, masks: predict(obs, masks)[0]

@@ -36,11 +36,10 @@ import rods_gym.trainer  # noqa: F401  (sets OMP_WAIT_POLICY before torch loads)
 import numpy as np
 import torch
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:  # the helper modules next to this script (already there when run as a script)
-    sys.path.insert(0, str(HERE))
-from _de_stats import bootstrap_ci, bootstrap_mean_1d, rng_for  # noqa: E402
-from _policy_eval import add_split_args, eval_engine, split_tasks  # noqa: E402
+if __name__ == "__main__" and not __package__:  # run as a file: import the package, not its modules by name
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+from benchmarks._policy_eval import add_split_args, eval_engine, split_tasks  # noqa: E402
+from benchmarks.stats import bootstrap_ci, bootstrap_mean_1d, rng_for  # noqa: E402
 
 METRICS = ("success", "progress")
 
@@ -186,6 +185,6 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    from _script import run_script
+    from benchmarks._script import run_script
 
     run_script(main)

@@ -35,14 +35,10 @@ Output layout (``--out``, default ``runs/data_efficiency/SCALE``)::
 from __future__ import annotations
 
 import argparse
-import concurrent.futures as cf
 import dataclasses
-import datetime as _dt
 import json
 import math
-import multiprocessing
 import os
-import platform
 import re
 import shlex
 import sys
@@ -53,14 +49,19 @@ from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
+if __name__ == "__main__" and not __package__:  # run as a file: import the package, not its modules by name
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks.llm_runs import (RUN_FILE, WARM_START, EvalSpec, arm_job, quiet, record_file, run_arm,  # noqa: E402
+                                 run_warm_start, warm_start_job)
+from benchmarks.llm_summary import summarize_benchmark  # noqa: E402
+from benchmarks.plots import all_figures  # noqa: E402
+from benchmarks.provenance import code_version, machine, utc_now  # noqa: E402
+from benchmarks.report import write_section  # noqa: E402
+from benchmarks.runner import load_records, run_jobs  # noqa: E402
+from benchmarks.stats import fmt_ci  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:  # the helper modules next to this script (already there when run as a script)
-    sys.path.insert(0, str(HERE))
-
-from _de_plots import all_figures  # noqa: E402
-from _de_runner import RUN_FILE, WARM_FILE, ArmJob, EvalSpec, SeedJob, run_arm, run_warm_start  # noqa: E402
-from _de_stats import summarize_benchmark  # noqa: E402
-
 CONFIG_DIR = HERE / "configs"
 DEFAULT_RESULTS = HERE / "RESULTS.md"
 ARMS = ("fixed", "augment", "offline", "rods", "replay_only", "dapo", "naive")
@@ -217,107 +218,53 @@ def offline_set(scale: Scale, base: Mapping[str, Any], out: Path, log: Callable[
 
 
 # -- running -----------------------------------------------------------------------------------------
-def quiet() -> None:
-    """No per-file progress bars from transformers (model loads/saves) in the benchmark's log."""
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-
-
-def _pool(jobs: int) -> cf.Executor | None:
-    if jobs <= 1:
-        return None
-    return cf.ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"), initializer=quiet)
-
-
 def run_benchmark(scale: Scale, out: Path, *, log: Callable[[str], None] = print, report_only: bool = False
                   ) -> dict[str, Any]:
-    """Every warm start and arm run of ``scale`` (finished ones are reused); returns what was loaded."""
+    """Every warm start and arm run of ``scale`` through the runner (finished ones are reused); returns what was
+    loaded: ``{"warm": seed -> record, "runs": arm -> seed -> record, "failures": [...]}``."""
     out.mkdir(parents=True, exist_ok=True)
     base = base_train(scale)
     evals = EvalSpec(tuple((s, int(n)) for s, n in scale.eval_tasks.items()), int(base["eval"]["batch_episodes"]))
-    seed_jobs = {s: SeedJob(s, base, str(out / f"seed{s}" / "warm_start"), evals, scale.threads) for s in scale.seeds}
-    warm: dict[int, dict[str, Any]] = {}
-    runs: dict[str, dict[int, dict[str, Any]]] = {a: {} for a in scale.arms}
-    failures: list[str] = []
+    seed_jobs = {s: warm_start_job(s, base, str(out / f"seed{s}" / WARM_START), evals, scale.threads)
+                 for s in scale.seeds}
+    pool = {"workers": scale.jobs, "context": "spawn", "initializer": quiet, "path_of": record_file, "log": log}
     if report_only:
-        for s, job in seed_jobs.items():
-            f = Path(job.out_dir) / WARM_FILE
-            if f.exists():
-                warm[s] = json.loads(f.read_text())
-        for arm in scale.arms:
-            for s in warm:
-                f = out / f"seed{s}" / arm / RUN_FILE
-                if f.exists():
-                    runs[arm][s] = json.loads(f.read_text())
+        warm = {j.seed: r for j, r in load_records(seed_jobs.values(), path_of=record_file).items()}
         if not warm:
-            raise ValueError(f"--report-only: {out} holds no finished warm start (seed<k>/warm_start/{WARM_FILE}) "
+            raise ValueError(f"--report-only: {out} holds no finished warm start (seed<k>/{WARM_START}/{RUN_FILE}) "
                              f"of seeds {list(scale.seeds)}; run without --report-only first")
-        return {"warm": warm, "runs": runs, "failures": failures}
-
-    pool = _pool(scale.jobs)
-    try:
-        t0 = time.perf_counter()
-        pending = {pool.submit(run_warm_start, j): s for s, j in seed_jobs.items()} if pool else {}
+        failures: list[str] = []
+    else:
         offline_path = offline_set(scale, base, out, log) if "offline" in scale.arms else None
-        if pool:
-            for fut in cf.as_completed(pending):
-                warm[pending[fut]] = fut.result()
-        else:
-            for s, j in seed_jobs.items():
-                warm[s] = run_warm_start(j)
-        for s in scale.seeds:
+        done = run_jobs(list(seed_jobs.values()), run_warm_start, **pool)
+        warm, failures = {j.seed: r for j, r in done.records.items()}, list(done.failures)
+        for s in sorted(warm):
             w = warm[s]
             tests = ", ".join(f"{k} {v['mean_success']:.3f}" for k, v in w["eval"].items())
             log(f"seed {s}: warm start ready ({w['seconds']:.0f}s; SFT {w['sft'].get('seconds', 0):.0f}s); "
                 f"success {tests}")
-        arm_jobs = [ArmJob(arm, s, arm_train(base, arm, scale, offline_path), str(out / f"seed{s}" / arm),
-                           warm[s]["policy_dir"], tuple(scale.eval_at), evals, scale.threads)
-                    for arm in scale.arms for s in scale.seeds]  # arm-major: the scale lists the arms by priority
-
-        def done(job: ArmJob, rec: dict[str, Any]) -> None:
-            runs[job.arm][job.seed] = rec
-            last = rec["points"][-1]
-            log(f"[{time.perf_counter() - t0:6.0f}s] {job.arm:11s} seed {job.seed}: {rec['steps']} steps, "
-                f"{last['rollouts']} rollouts, {last['distinct_tasks']} tasks, "
-                + ", ".join(f"{k} {v['mean_success']:.3f}" for k, v in last["eval"].items())
+    offline_path = offline_file(scale, base, out) if "offline" in scale.arms else None
+    arm_jobs = [arm_job(arm, s, arm_train(base, arm, scale, offline_path), str(out / f"seed{s}" / arm),
+                        warm[s]["policy_dir"], scale.eval_at, evals, scale.threads)
+                for arm in scale.arms for s in scale.seeds if s in warm]  # arm-major: the arms by priority
+    if report_only:
+        records = load_records(arm_jobs, path_of=record_file)
+    else:
+        done = run_jobs(arm_jobs, run_arm, **pool)
+        records, failures = done.records, failures + done.failures
+        for job in done.ran:
+            rec, last = records[job], records[job]["points"][-1]
+            log(f"{job.arm:11s} seed {job.seed}: {rec['steps']} steps, {last['rollouts']} rollouts, "
+                f"{last['distinct_tasks']} tasks, " + ", ".join(f"{k} {v['mean_success']:.3f}"
+                                                              for k, v in last["eval"].items())
                 + f" ({rec['seconds']:.0f}s)")
-
-        def failed(job: ArmJob, exc: Exception) -> None:  # the other runs go on; reported, exit status 1
-            failures.append(f"{job.arm} seed {job.seed}: {type(exc).__name__}: {exc}")
-            log(f"FAILED {failures[-1]}")
-
-        if pool:
-            futs = {pool.submit(run_arm, j): j for j in arm_jobs}
-            for fut in cf.as_completed(futs):
-                try:
-                    done(futs[fut], fut.result())
-                except Exception as exc:
-                    failed(futs[fut], exc)
-        else:
-            for j in arm_jobs:
-                try:
-                    done(j, run_arm(j))
-                except Exception as exc:
-                    failed(j, exc)
-    finally:
-        if pool:
-            pool.shutdown(wait=True, cancel_futures=True)
+    runs: dict[str, dict[int, dict[str, Any]]] = {a: {} for a in scale.arms}
+    for job, rec in records.items():
+        runs[job.arm][job.seed] = rec
     return {"warm": warm, "runs": runs, "failures": failures}
 
 
 # -- reporting ---------------------------------------------------------------------------------------
-def machine() -> str:
-    import torch
-
-    dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    return f"{platform.platform()}, {os.cpu_count()} CPU cores, {dev}, Python {platform.python_version()}, torch {torch.__version__}"
-
-
-def _ci(c: Mapping[str, float]) -> str:
-    return f"{c['mean']:.3f} [{c['lo']:.3f}, {c['hi']:.3f}]"
-
-
 def markdown(scale: Scale, summary: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
     arms = summary["arms"]
     base = meta["train"]
@@ -327,7 +274,8 @@ def markdown(scale: Scale, summary: Mapping[str, Any], meta: Mapping[str, Any]) 
         lines += [f"**Partial results**: {meta['partial']}", ""]
     lines += [
         f"Command: `{meta['command']}`  ",
-        f"Date: {meta['date']}; wall time {meta['wall_seconds'] / 60:.1f} min; machine: {meta['machine']}."
+        f"Date: {meta['date']}; wall time {meta['wall_seconds'] / 60:.1f} min; machine: {meta['machine']}; "
+        f"code {meta.get('code', '?')}."
         + (f" Report regenerated {meta['regenerated']}." if meta.get("regenerated") else ""),
         "",
         f"Setup: policy `{p['model']}` ({meta.get('parameters', '?')} parameters) on `{base['data']['env_id']}`; "
@@ -350,7 +298,7 @@ def markdown(scale: Scale, summary: Mapping[str, Any], meta: Mapping[str, Any]) 
     rows += [(arm, e["final"], e["silent_fraction"]) for arm, e in arms.items()]
     for name, pt, silent in rows:
         cells = [name, str(len(pt["seeds"]))]
-        cells += [_ci(pt[k]["success"]) if k in pt else "—" for k in ("test", "ood")]
+        cells += [fmt_ci(pt[k]["success"]) if k in pt else "—" for k in ("test", "ood")]
         cells += [f"{pt[k]['progress']['mean']:.3f}" if k in pt else "—" for k in ("test", "ood")]
         cells += [f"{pt['rollouts_mean']:.0f}", f"{pt['distinct_tasks_mean']:.0f}",
                   "—" if silent is None else f"{silent:.3f}"]
@@ -363,7 +311,7 @@ def markdown(scale: Scale, summary: Mapping[str, Any], meta: Mapping[str, Any]) 
                   "|---|" + "---|" * len(depths)]
         for arm, e in arms.items():
             pd = e["final"]["test"]["per_depth"]
-            lines.append(f"| {arm} | " + " | ".join(_ci(pd[d]["success"]) if d in pd else "—" for d in depths) + " |")
+            lines.append(f"| {arm} | " + " | ".join(fmt_ci(pd[d]["success"]) if d in pd else "—" for d in depths) + " |")
     dapo = arms.get("dapo", {}).get("refills")
     if dapo is not None and not dapo["active"] and dapo["steps_with_silent_groups"]:
         lines += ["", f"Note: the dapo arm had silent groups in {dapo['steps_with_silent_groups']} steps but no refill "
@@ -378,21 +326,6 @@ def markdown(scale: Scale, summary: Mapping[str, Any], meta: Mapping[str, Any]) 
     return "\n".join(lines) + "\n"
 
 
-def write_section(path: Path, scale: str, text: str) -> None:
-    """Replace (or append) this scale's section of ``path``, between its markers; other text is kept."""
-    begin, end = f"<!-- data_efficiency:{scale} -->", f"<!-- /data_efficiency:{scale} -->"
-    block = f"{begin}\n{text.rstrip()}\n{end}\n"
-    old = path.read_text() if path.exists() else "# Benchmark results\n\n"
-    if begin in old and end in old:
-        head, rest = old.split(begin, 1)
-        _, tail = rest.split(end, 1)
-        new = head + block + tail.lstrip("\n")
-    else:
-        new = old.rstrip("\n") + "\n\n" + block
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(new)
-
-
 def report(scale: Scale, out: Path, loaded: Mapping[str, Any], *, command: str, wall_seconds: float,
            results: Path | None, log: Callable[[str], None] = print, report_only: bool = False) -> dict[str, Any]:
     warm, runs = loaded["warm"], {a: r for a, r in loaded["runs"].items() if r}
@@ -404,8 +337,9 @@ def report(scale: Scale, out: Path, loaded: Mapping[str, Any], *, command: str, 
     expected = len(scale.arms) * len(scale.seeds)
     got = sum(len(r) for r in runs.values())
     base = base_train(scale)
-    now = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
-    meta = {"command": command, "date": now, "machine": machine(), "wall_seconds": wall_seconds, "out": str(out),
+    now = utc_now()
+    meta = {"command": command, "date": now, "machine": machine(), "code": code_version(),
+            "wall_seconds": wall_seconds, "out": str(out),
             "plots": plots, "train": base,
             "scale": dataclasses.asdict(scale), "failures": list(loaded.get("failures", [])),
             "partial": None if got == expected else f"{got} of {expected} arm x seed runs finished"}
@@ -417,12 +351,12 @@ def report(scale: Scale, out: Path, loaded: Mapping[str, Any], *, command: str, 
     previous = out / "results.json"
     if report_only and previous.exists():  # the runs' own command, date and wall time; this report's noted apart
         before = json.loads(previous.read_text())["meta"]
-        meta.update({k: before[k] for k in ("command", "date", "machine", "wall_seconds") if k in before})
+        meta.update({k: before[k] for k in ("command", "date", "machine", "code", "wall_seconds") if k in before})
         meta["regenerated"] = f"{now} by `{command}`"
     (out / "results.json").write_text(json.dumps({"meta": meta, "summary": summary}, indent=1, default=str))
     text = markdown(scale, summary, meta)
     if results is not None:
-        write_section(results, scale.scale, text)
+        write_section(results, f"data_efficiency:{scale.scale}", text)
         log(f"wrote the {scale.scale} section of {results}")
     log(text)
     return {"meta": meta, "summary": summary, "markdown": text}
@@ -508,6 +442,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from _script import run_script
+    from benchmarks._script import run_script
 
     run_script(main)

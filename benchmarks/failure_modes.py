@@ -39,10 +39,9 @@ import torch
 
 from rods_gym.trainer.rollout import RolloutEngine, Trajectory, branch_after_first_rejection, branch_before_first_miss
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:  # the helper modules next to this script (already there when run as a script)
-    sys.path.insert(0, str(HERE))
-from _policy_eval import add_split_args, eval_engine, split_tasks  # noqa: E402
+if __name__ == "__main__" and not __package__:  # run as a file: import the package, not its modules by name
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+from benchmarks._policy_eval import add_split_args, eval_engine, split_tasks  # noqa: E402
 
 OUTCOMES = ("success", "failed, no rejected action", "failed after a rejection, ended",
             "failed after a rejection, truncated")
@@ -170,6 +169,6 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    from _script import run_script
+    from benchmarks._script import run_script
 
     run_script(main)

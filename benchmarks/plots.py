@@ -1,4 +1,5 @@
-"""Figures of the data-efficiency benchmark (matplotlib, Agg backend, PNG)."""
+"""Figures of the benchmarks (matplotlib, Agg backend, PNG): success curves with their bands, the RODS pool and
+region variance, the silent-group fraction over training."""
 
 from __future__ import annotations
 
@@ -11,9 +12,22 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from _de_stats import POOL_KEYS, REGIONS, mean_over_seeds  # noqa: E402
+from .recording import POOL_KEYS, REGIONS, mean_over_seeds  # noqa: E402
 
 SPLIT_TITLES = {"test": "held-out test split", "ood": "OOD split (held-out tools/signatures)"}
+
+
+def _save(fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _legend_grid_save(fig: Any, ax: Any, path: Path) -> Path:
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
 
 
 def _colors(arms: list[str]) -> dict[str, Any]:
@@ -43,10 +57,7 @@ def success_curves(summary: Mapping[str, Any], path: Path, x: str = "rollouts_me
         ax.set_ylabel("greedy success (95% CI)")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def pool_composition(summary: Mapping[str, Any], path: Path, arm: str = "rods") -> Path | None:
@@ -76,10 +87,7 @@ def pool_composition(summary: Mapping[str, Any], path: Path, arm: str = "rods") 
     h2, l2 = ax2.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left")
     ax.set_title(f"{arm}: pool composition and boundary fraction ({len(per_seed)} seeds, mean)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def variance_by_region(summary: Mapping[str, Any], path: Path, arm: str = "rods") -> Path | None:
@@ -109,10 +117,7 @@ def variance_by_region(summary: Mapping[str, Any], path: Path, arm: str = "rods"
     ax2.set_ylabel("variance ratio (mean over seeds)")
     ax2.legend(fontsize=8)
     ax2.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def silent_fraction(summary: Mapping[str, Any], path: Path) -> Path:
@@ -128,13 +133,8 @@ def silent_fraction(summary: Mapping[str, Any], path: Path) -> Path:
     ax.set_xlabel("GRPO step")
     ax.set_ylabel("silent-group fraction (std = 0)")
     ax.set_ylim(0, 1)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
     ax.set_title("zero-variance groups per step (moving average, mean over seeds)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _legend_grid_save(fig, ax, path)
 
 
 def all_figures(summary: Mapping[str, Any], out: Path) -> dict[str, str]:
@@ -148,3 +148,14 @@ def all_figures(summary: Mapping[str, Any], out: Path) -> dict[str, str]:
         "silent_fraction": silent_fraction(summary, out / "silent_fraction.png"),
     }
     return {k: str(v) for k, v in figs.items() if v is not None}
+
+
+def silent_by_quarter(summary: Mapping[str, Any], path: Path) -> Path:
+    """Silent (zero-variance) group fraction per quarter of training, one line per arm."""
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for arm, e in summary["arms"].items():
+        w = e["silent_windows"]
+        ax.plot(range(1, len(w) + 1), w, marker="o", label=arm)
+    ax.set_xlabel("quarter of training")
+    ax.set_ylabel("silent (zero-variance) group fraction")
+    return _legend_grid_save(fig, ax, path)

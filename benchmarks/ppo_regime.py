@@ -26,21 +26,20 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __name__ == "__main__" and not __package__:  # run as a file: import the package, not its modules by name
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
-from _ppo_view import SATURATION_PPO, Evaluator, PPOConfig, TaskStream, greedy, make_model, make_view_env, masked, procedural_stream, random_masked  # noqa: E402
-from _script import run_script  # noqa: E402
+import yaml  # noqa: E402
+
+from benchmarks._ppo_view import (Evaluator, PPOConfig, TaskStream, greedy, make_model, make_view_env,  # noqa: E402
+                                  masked, procedural_stream, random_masked)
+from benchmarks._script import run_script  # noqa: E402
+from benchmarks.evaluator import spread  # noqa: E402
 
 from rods_gym import TaskSpec, load_split  # noqa: E402
 
 VIEW = "features"
-SCALES: dict[str, dict[str, Any]] = {
-    # points: env steps at which both arms are evaluated (multiples of the rollout, n_envs * n_steps)
-    "smoke": {"points": (512, 1024), "eval_tasks": 16, "ppo": PPOConfig(n_envs=4, n_steps=128, batch_size=256,
-                                                                         n_epochs=2)},
-    "cpu": {"points": (16_384, 49_152, 98_304, 196_608), "eval_tasks": 400, "ppo": SATURATION_PPO},
-}
+SCALES_FILE = Path(__file__).resolve().parent / "configs" / "ppo_regime.yaml"
 PROCEDURAL_TARGET = 0.3  # test success of the procedural arm
 LEARN_MARGIN = 0.3  # fixed arm's train success over the random agent's
 GAP_TARGET = 0.15  # fixed arm's train - test success at the same point
@@ -61,11 +60,16 @@ def with_overrides(ppo: PPOConfig, text: str) -> PPOConfig:
     return dataclasses.replace(ppo, **changes)
 
 
-def subset(tasks: list[TaskSpec], n: int) -> list[TaskSpec]:
-    """``n`` tasks spread evenly over ``tasks`` (all of them when n >= len)."""
-    if n >= len(tasks):
-        return list(tasks)
-    return [tasks[int(i)] for i in np.linspace(0, len(tasks) - 1, n)]
+def load_scale(name: str) -> dict[str, Any]:
+    """A scale of ``configs/ppo_regime.yaml``: points, eval_tasks and its PPOConfig."""
+    scales = yaml.safe_load(SCALES_FILE.read_text())
+    if name not in scales:
+        raise ValueError(f"--scale {name!r}: {SCALES_FILE} has {sorted(scales)}")
+    scale = dict(scales[name])
+    ppo = dict(scale["ppo"])
+    if "net_arch" in ppo:
+        ppo["net_arch"] = tuple(ppo["net_arch"])
+    return {**scale, "points": tuple(scale["points"]), "ppo": PPOConfig(**ppo)}
 
 
 def bucket(task: TaskSpec) -> str:
@@ -119,7 +123,7 @@ def run_arm(arm: str, points: Sequence[int], ppo: PPOConfig, seed: int, evaluato
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scale", choices=sorted(SCALES), default="smoke")
+    parser.add_argument("--scale", choices=("smoke", "cpu"), default="smoke", help=f"a scale of {SCALES_FILE.name}")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--arms", default="procedural,fixed", help="comma-separated: procedural, fixed")
     parser.add_argument("--order", choices=("ranked", "shuffled"), default="shuffled",
@@ -135,12 +139,12 @@ def main() -> int:
     if unknown:
         raise ValueError(f"--arms: unknown arm(s) {unknown}; choose from procedural, fixed")
     torch.set_num_threads(1)
-    scale = SCALES[args.scale]
+    scale = load_scale(args.scale)
     n = scale["eval_tasks"]
     fixed_set, test_split = load_split("train"), load_split(args.held_out)
     ppo = with_overrides(scale["ppo"], args.ppo)
     points = tuple(int(p) for p in args.points.split(",")) if args.points else scale["points"]
-    train, test = subset(fixed_set, n), subset(test_split, n)  # the splits are ordered by stratum
+    train, test = spread(fixed_set, n), spread(test_split, n)  # the splits are ordered by stratum
     env_kwargs = {"candidate_order": args.order}
     evaluator = Evaluator(VIEW, **env_kwargs)
     rand = random_masked(VIEW, args.seed)

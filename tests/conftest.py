@@ -238,6 +238,18 @@ def benchmarks_on_path() -> Iterator[None]:
         mp.undo()
 
 
+@contextmanager
+def benchmarks_package() -> Iterator[None]:
+    """The repository root on ``sys.path``, so that ``import benchmarks.X`` finds the benchmarks package (pytest puts
+    ``tests/`` there, not the root); restored after."""
+    mp = pytest.MonkeyPatch()
+    mp.syspath_prepend(str(BENCHMARKS_DIR.parent))
+    try:
+        yield
+    finally:
+        mp.undo()
+
+
 def easy_seed_tasks() -> list[TaskSpec]:
     """Twelve easy sampler tasks: the seed set of the tiny training-loop tests."""
     return TaskSampler(default_suite(), rods_gym.DIFFICULTIES["easy"], seed=5).sample_many(12)

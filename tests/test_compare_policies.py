@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from conftest import benchmarks_on_path, easy_seed_tasks, warm_tiny_policy
+from conftest import benchmarks_package, easy_seed_tasks, warm_tiny_policy
 from rods_gym import write_jsonl
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
@@ -16,8 +16,8 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
 
 @pytest.fixture(scope="module")
 def cp() -> Any:
-    with benchmarks_on_path():
-        import compare_policies
+    with benchmarks_package():
+        from benchmarks import compare_policies
 
         yield compare_policies
 
@@ -143,8 +143,8 @@ def test_rejects_a_single_policy(cp) -> None:
 def test_task_counts_spread_over_the_split_and_negative_ones_are_refused(tmp_path: Path) -> None:
     import argparse
 
-    with benchmarks_on_path():
-        from _policy_eval import split_tasks
+    with benchmarks_package():
+        from benchmarks._policy_eval import split_tasks
 
     args = argparse.Namespace(split="test", config="default", set=[], tasks=10, stratum="")
     picked = split_tasks(args)  # not the first ten (all depth 1, plain): every depth and every turn type

@@ -23,7 +23,7 @@ from rods_gym.trainer.policy import load_policy
 from rods_gym.trainer.rollout import RolloutEngine
 from rods_gym.curricula import GroupResult
 
-from conftest import TIMING_METRICS, benchmarks_on_path, cpu_only_env, warm_tiny_policy
+from conftest import TIMING_METRICS, benchmarks_package, cpu_only_env, warm_tiny_policy
 from conftest import easy_seed_tasks as seed_tasks
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
@@ -82,10 +82,10 @@ def recorder(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
 
 @pytest.fixture(scope="module")
 def runner_module() -> Any:
-    with benchmarks_on_path():
-        import _de_runner
+    with benchmarks_package():
+        from benchmarks import recording
 
-        yield _de_runner
+        yield recording
 
 
 def test_refill_rounds_are_rolled_out_and_counted(task_file: Path, warm_policy: Path, tmp_path: Path,

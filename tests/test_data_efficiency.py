@@ -1,4 +1,4 @@
-"""benchmarks/data_efficiency.py: its statistics, its recording of the curricula, and a tiny
+"""benchmarks/data_efficiency.py: its targets, its recording of the curricula, and a tiny
 end-to-end run (every arm kind, two seeds, chunked GRPO, CIs, plots, the RESULTS section)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from rods_gym.curricula import RODSConfig, ReplayOnlySource
 from rods_gym.curricula import FixedSeeds, GroupResult
 from rods_gym.trainer.tasks import load_tasks
 
-from conftest import BENCHMARKS_DIR, benchmarks_on_path
+from conftest import BENCHMARKS_DIR, benchmarks_package
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
 
@@ -24,42 +24,14 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
 @pytest.fixture(scope="module")
 def de() -> Any:
     """The benchmark modules, imported from benchmarks/ (sys.path restored after the module)."""
-    with benchmarks_on_path():
-        import _de_runner
-        import _de_stats
-        import data_efficiency
+    with benchmarks_package():
+        from benchmarks import data_efficiency, llm_runs, llm_summary, recording, report, stats
 
-        yield type("DE", (), {"main": data_efficiency, "stats": _de_stats, "runner": _de_runner})
-
-
-# -- statistics --------------------------------------------------------------------------------
-def test_bootstrap_ci_matches_the_normal_approximation_and_is_seeded(de) -> None:
-    rng = np.random.default_rng(7)
-    values = (rng.random((1, 400)) < 0.3).astype(float)
-    ci = de.stats.bootstrap_ci(values, np.random.default_rng(0), samples=4000)
-    p = values.mean()
-    half = 1.96 * np.sqrt(p * (1 - p) / 400)
-    assert ci["mean"] == pytest.approx(p)
-    assert ci["lo"] == pytest.approx(p - half, abs=0.012)
-    assert ci["hi"] == pytest.approx(p + half, abs=0.012)
-    again = de.stats.bootstrap_ci(values, np.random.default_rng(0), samples=4000)
-    assert again == ci  # the same seeded generator gives the same interval
-    constant = de.stats.bootstrap_ci(np.ones((3, 20)), np.random.default_rng(0), samples=200)
-    assert constant == {"mean": 1.0, "lo": 1.0, "hi": 1.0}
+        yield type("DE", (), {"main": data_efficiency, "stats": stats, "summary": llm_summary, "recording": recording,
+                              "runs": llm_runs, "report": report})
 
 
-def test_bootstrap_resamples_seeds_too(de) -> None:
-    """Seeds that disagree widen the interval beyond what the task noise alone gives."""
-    agree = np.tile((np.arange(50) % 2).astype(float), (3, 1))
-    disagree = np.stack([np.zeros(50), np.ones(50), (np.arange(50) % 2).astype(float)])
-    a = de.stats.bootstrap_ci(agree, np.random.default_rng(1), samples=2000)
-    d = de.stats.bootstrap_ci(disagree, np.random.default_rng(1), samples=2000)
-    assert a["mean"] == d["mean"] == pytest.approx(0.5)
-    assert (d["hi"] - d["lo"]) > 2 * (a["hi"] - a["lo"])
-    with pytest.raises(ValueError, match="seeds, tasks"):
-        de.stats.bootstrap_ci(np.ones(5), np.random.default_rng(0))
-
-
+# -- statistics (the bootstrap itself: tests/test_benchmark_stats.py) ----------------------------------
 def _run(groups: list[dict[str, Any]], successes: list[list[float]], rollouts: list[int], steps: int) -> dict[str, Any]:
     points = [{"target": r, "step": r // 4, "rollouts": r, "distinct_tasks": r // 4,
                "eval": {"test": {"success": s, "progress": s}}} for r, s in zip(rollouts, successes)]
@@ -91,19 +63,21 @@ def test_targets_pass_miss_and_vacuous(de) -> None:
         "fixed": {s: _run(_groups(4, 2), [[0.0] * 10, [0.0] * 10], [4, 100], 4) for s in (0, 1)},
         "augment": {s: _run(_groups(4, 2), [[0.0] * 10, good[0]], [4, 100], 4) for s in (0, 1)},
     }
-    summary = de.stats.summarize_benchmark(warm, runs, {"samples": 300, "seed": 0})
+    summary = de.summary.summarize_benchmark(warm, runs, {"samples": 300, "seed": 0})
     reach, fixed, augment, ratio, silent = summary["targets"]
     assert reach["passed"] is True and reach["fraction"] == pytest.approx(4 / 100)
-    assert "fixed" in fixed["name"] and fixed["passed"] is True  # 0.8 vs 0.0: the intervals do not overlap
-    assert "augment" in augment["name"] and augment["passed"] is False  # equal: they overlap
-    assert ratio["passed"] is None and np.isnan(ratio["ratio"]["ratio"])  # the other groups all have u = 0: n/a
-    assert silent["rods_late"] == pytest.approx(0.25) and silent["fixed_late"] == pytest.approx(0.5)
-    assert silent["passed"] is True
+    assert "fixed" in fixed["name"] and fixed["passed"] is True  # 0.8 vs 0.0 on every seed and task: paired > 0
+    assert fixed["paired"]["diff"] == pytest.approx(0.8) and fixed["unpaired_disjoint"] is True
+    assert "augment" in augment["name"] and augment["passed"] is False  # equal on every task: the difference is 0
+    assert augment["paired"] == {"diff": 0.0, "lo": 0.0, "hi": 0.0}
+    assert ratio["passed"] is None and "not measured" in ratio["detail"]  # the other groups all have u = 0: n/a
+    assert silent["difference"]["diff"] == pytest.approx(0.25 - 0.5)  # second half: rods 0.25, fixed 0.5 silent
+    assert silent["passed"] is (silent["difference"]["hi"] < 0)
     per_depth = summary["arms"]["rods"]["final"]["test"]["per_depth"]
     assert per_depth["1"]["success"]["mean"] == 1.0 and per_depth["2"]["success"]["mean"] == pytest.approx(0.6)
     # offline that never improves on the warm start makes target 1 vacuous, not passed
     runs["offline"] = {s: _run(_groups(4, 2), [[0.0] * 10, [0.0] * 10], [4, 100], 4) for s in (0, 1)}
-    again = de.stats.summarize_benchmark(warm, runs, {"samples": 300, "seed": 0})
+    again = de.summary.summarize_benchmark(warm, runs, {"samples": 300, "seed": 0})
     assert again["targets"][0]["passed"] is None and "vacuous" in again["targets"][0]["detail"]
 
 
@@ -114,7 +88,7 @@ def test_region_variance_ratio_and_one_appearance_ahead(de) -> None:
                        "region": "boundary"})
         groups.append({"step": step, "task": "b", "seed_task": True, "mu": 0.5, "u": 0.2, "silent": False, "size": 4,
                        "region": "plateau"})
-    rv = de.stats.region_variance({0: {"groups": groups}}, {"samples": 300, "seed": 0}, "rods")
+    rv = de.recording.region_variance({0: {"groups": groups}}, {"samples": 300, "seed": 0}, "rods")
     assert rv["ratio"]["ratio"] == pytest.approx(4.0)
     assert rv["ratio"]["lo"] == pytest.approx(4.0) and rv["ratio"]["hi"] == pytest.approx(4.0)
     assert rv["ratio_next_appearance"]["n_boundary"] == 5  # first appearances have no earlier region
@@ -134,7 +108,7 @@ def test_recording_source_sees_the_sources_own_regions_and_changes_nothing(de) -
     seeds = load_tasks("train", DataConfig())[:24]
     config = RODSConfig(group_size=4, calibration_groups=4)
     plain, inner = ReplayOnlySource(seeds, config, 3), ReplayOnlySource(seeds, config, 3)
-    rec = de.runner.RecordingSource(inner, [t.id for t in seeds])
+    rec = de.recording.RecordingSource(inner, [t.id for t in seeds])
     rng = np.random.default_rng(0)
     for step in range(8):
         tasks = rec.next_batch(step, 6)
@@ -151,7 +125,7 @@ def test_recording_source_sees_the_sources_own_regions_and_changes_nothing(de) -
         json.dumps(plain.state_dict(), sort_keys=True, default=str)
     assert rec.rollouts == 8 * 6 * 4
     assert rec.distinct_tasks == len({g["task"] for g in rec.groups}) <= 24
-    fixed = de.runner.RecordingSource(FixedSeeds(seeds, 0), [t.id for t in seeds])
+    fixed = de.recording.RecordingSource(FixedSeeds(seeds, 0), [t.id for t in seeds])
     fixed.observe(0, [GroupResult(t, (0.0, 0.0)) for t in fixed.next_batch(0, 3)])
     assert [g["region"] for g in fixed.groups] == [None] * 3 and fixed.extra_rollouts == 0
     assert getattr(fixed, "env_id", None) is None  # lookups the trainer makes fall through to the source
@@ -160,9 +134,9 @@ def test_recording_source_sees_the_sources_own_regions_and_changes_nothing(de) -
 def test_write_section_replaces_only_its_own_block(de, tmp_path: Path) -> None:
     path = tmp_path / "RESULTS.md"
     path.write_text("# Results\n\nother benchmark text\n")
-    de.main.write_section(path, "smoke", "first")
-    de.main.write_section(path, "cpu", "cpu text")
-    de.main.write_section(path, "smoke", "second")
+    de.report.write_section(path, "data_efficiency:smoke", "first")
+    de.report.write_section(path, "data_efficiency:cpu", "cpu text")
+    de.report.write_section(path, "data_efficiency:smoke", "second")
     text = path.read_text()
     assert "other benchmark text" in text and "cpu text" in text and "second" in text and "first" not in text
     assert text.count("<!-- data_efficiency:smoke -->") == 1 and text.count("<!-- /data_efficiency:smoke -->") == 1
@@ -264,9 +238,9 @@ def test_chunked_training_equals_one_unbroken_run(de, tmp_path: Path) -> None:
     scale = de.main.load_scale(str(_tiny_scale(tmp_path, ["rods"], [0], [8])))
     base = de.main.base_train(scale)
     train = de.main.arm_train(base, "rods", scale, None)
-    evals = de.runner.EvalSpec((("test", 3),), 64)
-    warm = de.runner.run_warm_start(de.runner.SeedJob(0, base, str(tmp_path / "warm"), evals))
-    runs = [de.runner.run_arm(de.runner.ArmJob("rods", 0, train, str(tmp_path / name), warm["policy_dir"], points, evals))
+    evals = de.runs.EvalSpec((("test", 3),), 64)
+    warm = de.runs.run_warm_start(de.runs.warm_start_job(0, base, str(tmp_path / "warm"), evals))
+    runs = [de.runs.run_arm(de.runs.arm_job("rods", 0, train, str(tmp_path / name), warm["policy_dir"], points, evals))
             for name, points in (("chunked", (4, 8, 12)), ("whole", (12,)))]
     chunked, whole = runs
     assert chunked["steps"] == whole["steps"] == 3

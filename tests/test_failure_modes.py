@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from conftest import benchmarks_on_path, easy_seed_tasks, warm_tiny_policy
+from conftest import benchmarks_package, easy_seed_tasks, warm_tiny_policy
 from rods_gym import write_jsonl
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
@@ -16,8 +16,8 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
 
 @pytest.fixture(scope="module")
 def fm() -> Any:
-    with benchmarks_on_path():
-        import failure_modes
+    with benchmarks_package():
+        from benchmarks import failure_modes
 
         yield failure_modes
 

@@ -1,12 +1,14 @@
-"""The PPO headline benchmark (benchmarks/ppo_headline.py): every arm's wiring at a tiny scale (equal
-env-step budgets, the curriculum observing every complete group, greedy evaluation), the two new
-sources (procedural, RODS with random parents) and the PASS/MISS logic on synthetic numbers."""
+"""The headline benchmark (benchmarks/headline.py, ppo_headline.py its old name) for both learners: every arm's
+wiring at a tiny scale (equal env-step budgets, the curriculum observing every complete group, greedy
+evaluation), the GRPO learner's share of groups carrying gradient, the structure figures, the two new sources
+(procedural, RODS with random parents) and the PASS/MISS logic on synthetic numbers."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import pytest
 
 pytest.importorskip("sb3_contrib")
@@ -19,35 +21,49 @@ from rods_gym.curricula import ProceduralSource  # noqa: E402
 from rods_gym.curricula import RandomParentRODSSource  # noqa: E402
 from rods_gym.curricula import GroupResult  # noqa: E402
 
-from conftest import benchmarks_on_path  # noqa: E402
+from conftest import benchmarks_package  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest.py
 
 
 @pytest.fixture(scope="module")
 def ph() -> Any:
-    with benchmarks_on_path():
-        import ppo_headline
+    with benchmarks_package():
+        from benchmarks import evaluator, headline, headline_summary, learners
 
-        yield ppo_headline
+        yield type("PH", (), {"headline": headline, "learners": learners, "evaluator": evaluator,
+                              "summary": headline_summary, "ARMS": headline.ARMS,
+                              "DEFAULT_ENV_ID": headline.DEFAULT_ENV_ID, "main": staticmethod(headline.main)})
+
+
+TINY_RODS = {"calibration_groups": 4, "synth_every": 1, "parents_per_round": 2, "variants_per_parent": 2}
+
+
+def _tiny(ph, learner: str, out, arms) -> dict[str, dict[str, Any]]:
+    """One tiny run of each arm: 256 env steps, evaluated twice on 4 + 2 tasks."""
+    h = ph.headline
+    scale = replace(h.load_scale("smoke", learner), budget=256, n_points=2, eval_tasks={"test": 4, "ood": 2},
+                    offline_n=8, tasks_per_batch=2, group_size=4, rods=TINY_RODS)
+    if learner == "ppo":
+        scale = replace(scale, learner_config={**scale.learner_config, "n_envs": 2, "n_steps": 64, "batch_size": 64,
+                                               "n_epochs": 1, "net_arch": [16]})
+    else:
+        scale = replace(scale, learner_config={"n_envs": 4, "epochs": 1, "minibatches": 1, "net_arch": [16]})
+    offline = ph.learners.offline_set(out, scale.offline_n)
+    return {arm: ph.learners.run_job(h.job_of(arm, 0, scale, ph.DEFAULT_ENV_ID, {}, str(offline))) for arm in arms}
 
 
 @pytest.fixture(scope="module")
 def tiny_runs(ph, tmp_path_factory) -> dict[str, dict[str, Any]]:
-    """One tiny run of every arm: 2 PPO rollouts of 128 steps, evaluated after each on 4 + 2 tasks."""
-    out = tmp_path_factory.mktemp("ppo_headline")
-    scale = replace(ph.SCALES["smoke"], budget=256, n_points=2, eval_tasks={"test": 4, "ood": 2}, offline_n=8,
-                    tasks_per_batch=2, group_size=4, ppo=replace(ph.HEADLINE_PPO, n_envs=2, n_steps=64, batch_size=64,
-                                                                n_epochs=1, net_arch=(16,)),
-                    rods={"calibration_groups": 4, "synth_every": 1, "parents_per_round": 2,
-                          "variants_per_parent": 2})
-    offline = ph.offline_set(out, scale.offline_n)
-    runs = {}
-    for arm in ph.ARMS:
-        job = ph.Job(arm, 0, scale, ph.DEFAULT_ENV_ID, {}, str(out / "runs" / arm / "seed0.json"),
-                     str(offline) if arm == "offline" else None)
-        runs[arm] = ph.run_job(job)
-    return runs
+    """Every arm under MaskablePPO: 2 rollouts of 128 steps."""
+    return _tiny(ph, "ppo", tmp_path_factory.mktemp("headline_ppo"), ph.ARMS)
+
+
+@pytest.fixture(scope="module")
+def grpo_runs(ph, tmp_path_factory) -> dict[str, dict[str, Any]]:
+    """The GRPO learner on the arms whose wiring differs (seeds, synthesis, the augmented env, a file, a stream)."""
+    return _tiny(ph, "grpo", tmp_path_factory.mktemp("headline_grpo"),
+                 ("fixed", "rods", "augment", "offline", "procedural", "naive"))
 
 
 def test_every_arm_runs_the_same_env_step_budget(ph, tiny_runs) -> None:
@@ -84,14 +100,14 @@ def test_greedy_evaluate_batches_with_deterministic_actions(ph) -> None:
     tasks = load_split("test")[:5]
     envs = [gym.make(ph.DEFAULT_ENV_ID) for _ in range(2)]  # fewer envs than tasks: they take turns
     calls: list[tuple[int, bool]] = []
-    nvec = ph.action_dims(envs[0].action_space)
-    rnd = ph.random_masked_predict(0, nvec)
+    nvec = ph.evaluator.action_dims(envs[0].action_space)
+    rnd = ph.evaluator.random_masked_predict(0, nvec)
 
     def spy(obs, action_masks, deterministic):
         calls.append((len(action_masks), deterministic))
         return rnd(obs, action_masks=action_masks, deterministic=deterministic)
 
-    res = ph.greedy_evaluate(spy, envs, tasks)
+    res = ph.evaluator.greedy_evaluate(spy, envs, tasks)
     assert res["ids"] == [t.id for t in tasks] and len(res["success"]) == 5
     assert calls and all(d is True for _, d in calls) and max(n for n, _ in calls) == 2
 
@@ -139,35 +155,99 @@ def test_random_parent_rods_draws_parents_outside_the_boundary() -> None:
     assert plain.telemetry()["synth/parents"] == 0  # RODS itself synthesizes from the boundary only
 
 
-def _arm(mean: float, lo: float, hi: float, distinct: float, silent_late: list[bool], ratio: float | None = None,
-         size: int | None = None) -> dict[str, Any]:
-    e: dict[str, Any] = {"final": {"test": {"success": {"mean": mean, "lo": lo, "hi": hi}}},
-                         "distinct_tasks": distinct, "silent_late": silent_late}
+def test_grpo_runs_every_arm_kind_to_the_budget_and_records_its_steps(grpo_runs) -> None:
+    """The GRPO learner through the same registry and schedule: whole steps of B x G episodes to at least the
+    budget (less than one step over), every group observed once, greedy evaluation at each point."""
+    for arm, r in grpo_runs.items():
+        assert r["learner"] == "grpo" and 256 <= r["env_steps"] < 256 + 400, arm
+        assert [p["env_steps"] for p in r["points"]] == sorted(p["env_steps"] for p in r["points"]), arm
+        assert r["episodes_observed"] == r["episodes_run"] == 4 * len(r["groups"]) == 8 * r["steps"], arm
+        assert len(r["log"]) == r["steps"] and r["eval_deterministic"], arm
+        # the step log's silent fraction is the recorded groups' (the same groups, the same returns)
+        for row in r["log"]:
+            mine = [g["silent"] for g in r["groups"] if g["step"] == int(row["step"])]
+            assert row["silent_fraction"] == pytest.approx(sum(mine) / len(mine)), arm
+    assert grpo_runs["augment"]["env_id"].startswith("rods/ToolChain-Aug-")
+    assert grpo_runs["rods"]["catalog"] and not grpo_runs["fixed"]["catalog"]  # the RODS family describes its tasks
+
+
+def test_summary_reports_gradient_share_and_structure(ph, grpo_runs) -> None:
+    runs = {arm: {0: r} for arm, r in grpo_runs.items()}
+    sets = ph.evaluator.split_tasks({"test": 4, "ood": 2})
+    summary = ph.summary.summarize(runs, ph.summary.task_meta(sets), None)
+    for arm, e in summary["arms"].items():
+        assert [a + b for a, b in zip(e["gradient_windows"], e["silent_windows"])] == pytest.approx(
+            [1.0] * len(e["silent_windows"])), arm
+    st = summary["arms"]["rods"]["structure"]
+    assert st["groups"]["seed"] + st["groups"]["variant"] == len(grpo_runs["rods"]["groups"])
+    assert 0.0 <= st["carry"]["seed"] <= 1.0
+    catalog = grpo_runs["rods"]["catalog"]
+    kids = [d for d in catalog.values() if d["parent"] in catalog]
+    assert st["variants"] == len(kids)
+    if kids:  # RODS's tier-0 variants keep their parent's signature class
+        assert st["keep_signature"] == pytest.approx(sum(d["sig"] == catalog[d["parent"]]["sig"] for d in kids)
+                                                     / len(kids))
+    text = ph.summary.report(summary, {"scale": "tiny", "learner": "grpo", "command": "cmd", "date": "d",
+                                       "machine": "m", "wall_seconds": 60.0, "env_id": ph.DEFAULT_ENV_ID,
+                                       "env_kwargs": {}, "budget": 256, "seeds": [0], "group_size": 4,
+                                       "tasks_per_batch": 2})
+    assert "groups with return variance > 0" in text and "The structure question" in text
+
+
+def _runs_with(successes: dict[str, list[list[float]]], silent: dict[str, list[bool]]) -> dict[str, Any]:
+    """Run records with the given final test success matrices ([seeds, tasks]) and second-half silent flags."""
+    runs = {}
+    for arm, matrix in successes.items():
+        flags = silent.get(arm, [False])
+        runs[arm] = {s: {"points": [{"env_steps": 1, "eval": {"test": {"success": row}}}], "steps": 2,
+                         "groups": [{"step": 1, "silent": f} for f in flags]} for s, row in enumerate(matrix)}
+    return runs
+
+
+def _arms(runs: dict[str, Any], distinct: dict[str, float], ratio: float | None = None) -> dict[str, Any]:
+    from benchmarks.recording import late_silent_flags
+
+    arms = {}
+    for arm, by_seed in runs.items():
+        arms[arm] = {"distinct_tasks": distinct.get(arm, 400), "silent_late": late_silent_flags(by_seed)}
     if ratio is not None:
-        e["region_variance"] = {"ratio": {"ratio": ratio, "lo": ratio - 0.1, "hi": ratio + 0.1}}
-    if size is not None:
-        e["offline_set_size"] = size
-    return e
+        arms["rods"]["region_variance"] = {"ratio": {"ratio": ratio, "lo": ratio - 0.1, "hi": ratio + 0.1}}
+    arms.get("offline", {})["offline_set_size"] = 17_000
+    return arms
 
 
 def test_targets_pass_on_numbers_that_meet_them(ph) -> None:
-    arms = {"rods": _arm(0.5, 0.45, 0.55, 600, [False] * 8 + [True] * 2, ratio=2.4),
-            "fixed": _arm(0.3, 0.25, 0.35, 400, [False] * 5 + [True] * 5),
-            "augment": _arm(0.35, 0.3, 0.4, 400, [True] * 6),
-            "offline": _arm(0.48, 0.44, 0.52, 7000, [True] * 3, size=17_000)}
-    targets = ph.check_targets(arms)
-    assert [ph.verdict(t) for t in targets] == ["PASS"] * 5, [t["detail"] for t in targets]
+    good, poor = [[1.0] * 16 + [0.0] * 4] * 3, [[1.0] * 8 + [0.0] * 12] * 3
+    runs = _runs_with({"rods": good, "fixed": poor, "augment": poor, "offline": poor},
+                      {"rods": [False] * 90 + [True] * 10, "fixed": [True] * 60 + [False] * 40})
+    targets = ph.summary.targets(runs, _arms(runs, {"rods": 600, "offline": 7000}, ratio=2.4))
+    assert [t.verdict for t in targets] == ["PASS"] * 5, [t.detail for t in targets]
+
+
+def test_targets_are_decided_by_the_paired_difference(ph) -> None:
+    """Two arms whose own intervals overlap but which differ on the same tasks for every seed: the unpaired
+    reading says nothing, the paired difference decides (and the detail shows both)."""
+    base = np.random.default_rng(0).random((5, 200)) < 0.5
+    better = base.copy()
+    better[:, :12] = True  # the same tasks, solved more often: +0.06 on average at most
+    runs = _runs_with({"rods": better.astype(float).tolist(), "fixed": base.astype(float).tolist()}, {})
+    t = ph.summary.targets(runs, _arms(runs, {}))[0]
+    assert t.verdict == "PASS" and t.figures["paired"]["lo"] > 0 and t.figures["unpaired_disjoint"] is False
+    assert "CIs overlap" in t.detail
 
 
 def test_targets_miss_on_numbers_that_do_not(ph) -> None:
-    arms = {"rods": _arm(0.5, 0.40, 0.60, 1000, [True] * 6 + [False] * 4, ratio=1.5),
-            "fixed": _arm(0.45, 0.38, 0.52, 400, [True] * 5 + [False] * 5),  # overlapping CIs
-            "augment": _arm(0.55, 0.5, 0.6, 400, [True] * 6),
-            "offline": _arm(0.48, 0.44, 0.52, 7000, [True] * 3, size=17_000)}  # 1000 > 17000 / 20
-    targets = ph.check_targets(arms)
-    assert [ph.verdict(t) for t in targets] == ["MISS"] * 5, [t["detail"] for t in targets]
-    assert "0.059 of the offline set's 17000" in targets[2]["detail"]
-    assert [ph.verdict(t) for t in ph.check_targets({"fixed": arms["fixed"]})] == ["N/A"] * 5
+    rng = np.random.default_rng(1)
+    noisy = (rng.random((3, 40)) < 0.5).astype(float).tolist()
+    other = (rng.random((3, 40)) < 0.5).astype(float).tolist()
+    better = [[1.0] * 40] * 3
+    runs = _runs_with({"rods": noisy, "fixed": other, "augment": better, "offline": better},
+                      {"rods": [True] * 6 + [False] * 4, "fixed": [True] * 5 + [False] * 5})
+    targets = ph.summary.targets(runs, _arms(runs, {"rods": 1000, "offline": 7000}, ratio=1.5))
+    assert [t.verdict for t in targets] == ["MISS"] * 5, [t.detail for t in targets]
+    assert "0.059 of offline's 17,000" in targets[2].detail
+    only_fixed = {"fixed": runs["fixed"]}
+    assert [t.verdict for t in ph.summary.targets(only_fixed, _arms(only_fixed, {}))] == ["N/A"] * 5
 
 
 def test_bad_arguments_are_named(ph) -> None:
@@ -185,17 +265,34 @@ def test_bad_arguments_are_named(ph) -> None:
         ph.main(["--rods", "[1]"])
     with pytest.raises(ValueError, match="--group-size must be >= 2"):
         ph.main(["--group-size", "3"])  # smoke: 4 tasks x G=4 = 16 episodes per batch
+    with pytest.raises(ValueError, match="--seeds"):
+        ph.main(["--seeds", "x"])
+    with pytest.raises(ValueError, match="--scale 'nope'"):
+        ph.main(["--scale", "nope"])
 
 
-def test_dev_mode_evaluates_on_dev_only_and_reports_it(ph, tiny_runs) -> None:
-    """``--dev`` (for choosing RODS's knobs) swaps the evaluation sets for the dev split, so no test or OOD task
-    is scored while knobs are chosen; its report reads the dev scores of the runs."""
-    scale = replace(ph.SCALES["smoke"], eval_tasks={"dev": 0})
-    sets = ph.eval_tasks(scale)
+def test_seeds_and_dev_mode(ph) -> None:
+    """``--seeds`` takes N, A-B or a,b,c; ``--dev`` swaps the evaluation sets for the dev split and the seeds for
+    the scale's dev seeds, so no test or OOD task is scored, and no reported seed is used, while knobs are chosen."""
+    h = ph.headline
+    assert h.parse_seeds("3") == (0, 1, 2) and h.parse_seeds("100-102") == (100, 101, 102)
+    assert h.parse_seeds("5,7") == (5, 7)
+    cpu = h.setup_scale(h.parse_args(["--scale", "cpu", "--learner", "grpo"]))
+    dev = h.setup_scale(h.parse_args(["--scale", "cpu", "--learner", "grpo", "--dev"]))
+    assert dict(dev.eval_tasks) == {"dev": 0} and set(dev.seeds).isdisjoint(cpu.seeds)
+    assert dev.seeds == cpu.dev_seeds
+    g = h.setup_scale(h.parse_args(["--scale", "cpu", "--learner", "grpo", "--group-size", "4"]))
+    assert g.group_size * g.tasks_per_batch == cpu.group_size * cpu.tasks_per_batch and g.group_size == 4
+    sets = ph.evaluator.split_tasks(dev.eval_tasks)
     assert list(sets) == ["dev"] and [t.id for t in sets["dev"]] == [t.id for t in load_split("dev")]
+
+
+def test_dev_report_reads_the_dev_scores(ph, tiny_runs) -> None:
     run = dict(tiny_runs["rods"])
     run["points"] = [{**p, "eval": {"dev": {"success": [1.0, 0.0, 1.0, 1.0], "progress": [1.0, 0.5, 1.0, 1.0]}}}
                      for p in run["points"]]
-    text = ph.dev_report({"rods": {0: run}}, scale, "cmd", "abc")
+    text = ph.summary.dev_report({"rods": {0: run}}, {"scale": "smoke", "budget": 256, "command": "cmd",
+                                                      "date": "d", "code": "abc", "group_size": 4,
+                                                      "tasks_per_batch": 2})
     row = next(ln for ln in text.splitlines() if ln.startswith("| rods |"))
-    assert row.startswith("| rods | 1 | 0.750 [") and "| 0.875 |" in row
+    assert row.startswith("| rods | 0 | 0.750 [") and "| 0.875 |" in row
