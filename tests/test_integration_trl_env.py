@@ -19,6 +19,10 @@ from typing import Any
 import pytest
 
 pytest.importorskip("trl", reason="TRL is not installed: pip install -e '.[trl]' (trl, datasets)")
+transformers = pytest.importorskip("transformers")
+if tuple(int(x) for x in transformers.__version__.split(".")[:2]) < (5, 2):
+    pytest.skip(f"TRL's environment_factory needs transformers >= 5.2 (installed: {transformers.__version__})",
+                allow_module_level=True)
 
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, LlamaConfig, TrainerCallback  # noqa: E402
