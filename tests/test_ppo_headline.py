@@ -296,3 +296,29 @@ def test_dev_report_reads_the_dev_scores(ph, tiny_runs) -> None:
                                                       "tasks_per_batch": 2})
     row = next(ln for ln in text.splitlines() if ln.startswith("| rods |"))
     assert row.startswith("| rods | 0 | 0.750 [") and "| 0.875 |" in row
+
+
+def test_dev_choice_picks_the_best_group_size_on_dev_and_refuses_test_runs(tmp_path) -> None:
+    """benchmarks/dev_choice.py: the G with the best mean dev success of fixed and rods; ties to the paper's 8; a
+    folder whose runs were scored on test is refused (a choice is never made on test)."""
+    with benchmarks_package():
+        from benchmarks import dev_choice
+        from benchmarks.runner import Job, record_path, write_record
+
+    def folder(g: int, fixed: float, rods: float, split: str = "dev"):
+        out = tmp_path / f"g{g}-{split}"
+        for arm, p in (("fixed", fixed), ("rods", rods)):
+            for seed in (0, 1):
+                job = Job(arm, seed, "grpo", {"group_size": g, "eval_tasks": {split: 0}})
+                success = [1.0] * int(100 * p) + [0.0] * (100 - int(100 * p))
+                write_record(record_path(out, job), job, {"arm": arm, "seed": seed, "distinct_tasks": 400,
+                                                          "groups": [{"silent": False}],
+                                                          "points": [{"eval": {split: {"success": success}}}]})
+        return out
+
+    got = dev_choice.choose([folder(4, 0.30, 0.40), folder(8, 0.30, 0.30), folder(16, 0.20, 0.20)], "grpo")
+    assert got["chosen"] == 4 and got["scores"] == {4: pytest.approx(0.35), 8: pytest.approx(0.30),
+                                                     16: pytest.approx(0.20)}
+    assert dev_choice.choose([folder(4, 0.30, 0.30), folder(8, 0.30, 0.30)], "grpo")["chosen"] == 8  # a tie
+    with pytest.raises(ValueError, match="dev split only"):
+        dev_choice.choose([folder(2, 0.5, 0.5, split="test")], "grpo")
