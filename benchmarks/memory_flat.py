@@ -36,17 +36,14 @@ import gymnasium as gym
 import numpy as np
 import psutil
 import torch
+import yaml
 
 from rods_gym.oracle import oracle_action
 from rods_gym.trainer.config import load_config
 from rods_gym.trainer.metrics import read_jsonl
 from rods_gym.trainer.pipeline import run_training
 
-SCALES = {
-    "smoke": {"steps": 4, "sft_steps": 5, "episodes": 400,
-              "grpo": ["rollout.tasks_per_step=4", "rollout.group_size=4"]},
-    "cpu": {"steps": 160, "sft_steps": 150, "episodes": 40_000, "grpo": []},
-}
+SCALES = yaml.safe_load((Path(__file__).resolve().parent / "configs" / "memory_flat.yaml").read_text())
 FLAT = 0.01  # growth per unit (100 steps, 10,000 episodes) below this share of the RSS
 
 

@@ -44,6 +44,7 @@ import rods_gym.trainer  # noqa: F401  (sets OMP_WAIT_POLICY before torch loads)
 import gymnasium as gym
 import numpy as np
 import torch
+import yaml
 
 from rods_gym.task import TaskSpec
 from rods_gym.trainer.config import TrainConfig, env_kwargs, load_config
@@ -78,13 +79,9 @@ class Scale:
                              f"multiple of micro_batch={self.micro_batch} (TRL accumulates whole micro-batches)")
 
 
-SCALES = {
-    "smoke": Scale(prompts=8, tasks_per_step=2, group_size=4, max_tokens=8, micro_batch=8, warmup=1, steps=2,
-                   rounds=1, sft_steps=0, multi_steps=1,
-                   multi_overrides=("rollout.tasks_per_step=2", "rollout.group_size=2", "rollout.max_turns=3")),
-    "cpu": Scale(prompts=64, tasks_per_step=8, group_size=8, max_tokens=16, micro_batch=16, warmup=1, steps=6,
-                 rounds=6, sft_steps=150, multi_steps=4),
-}
+SCALES = {name: Scale(**{**d, "multi_overrides": tuple(d.get("multi_overrides", ()))})
+          for name, d in yaml.safe_load((Path(__file__).resolve().parent / "configs" /
+                                         "trainer_throughput.yaml").read_text()).items()}
 
 
 def trl_version() -> str | None:
