@@ -57,7 +57,7 @@ from benchmarks.llm_runs import (RUN_FILE, WARM_START, EvalSpec, arm_job, quiet,
 from benchmarks.llm_summary import summarize_benchmark  # noqa: E402
 from benchmarks.plots import all_figures  # noqa: E402
 from benchmarks.provenance import code_version, machine, utc_now  # noqa: E402
-from benchmarks.report import write_section  # noqa: E402
+from benchmarks.report import table, write_section  # noqa: E402
 from benchmarks.runner import load_records, run_jobs  # noqa: E402
 from benchmarks.stats import fmt_ci  # noqa: E402
 
@@ -289,39 +289,32 @@ def markdown(scale: Scale, summary: Mapping[str, Any], meta: Mapping[str, Any]) 
            "arms of that seed; not counted in the rollout budget." if s["enabled"] else "none (the model as loaded).")
         + f" CIs: 95% two-level bootstrap over seeds x tasks ({scale.bootstrap_samples} samples).",
         "",
-        "| arm | seeds | test success [95% CI] | OOD success [95% CI] | test progress | OOD progress "
-        "| rollouts | distinct tasks | silent fraction |",
-        "|---|---|---|---|---|---|---|---|---|",
     ]
     first = next(iter(arms.values()))
     rows = [("warm start (SFT)" if s["enabled"] else "start (no SFT)", first["curve"][0], None)]
     rows += [(arm, e["final"], e["silent_fraction"]) for arm, e in arms.items()]
-    for name, pt, silent in rows:
-        cells = [name, str(len(pt["seeds"]))]
-        cells += [fmt_ci(pt[k]["success"]) if k in pt else "—" for k in ("test", "ood")]
-        cells += [f"{pt[k]['progress']['mean']:.3f}" if k in pt else "—" for k in ("test", "ood")]
-        cells += [f"{pt['rollouts_mean']:.0f}", f"{pt['distinct_tasks_mean']:.0f}",
-                  "—" if silent is None else f"{silent:.3f}"]
-        lines.append("| " + " | ".join(cells) + " |")
+    lines += table(["arm", "seeds", "test success [95% CI]", "OOD success [95% CI]", "test progress", "OOD progress",
+                    "rollouts", "distinct tasks", "silent fraction"],
+                   [[name, len(pt["seeds"]), *(fmt_ci(pt[k]["success"]) if k in pt else "—" for k in ("test", "ood")),
+                     *(f"{pt[k]['progress']['mean']:.3f}" if k in pt else "—" for k in ("test", "ood")),
+                     f"{pt['rollouts_mean']:.0f}", f"{pt['distinct_tasks_mean']:.0f}",
+                     "—" if silent is None else f"{silent:.3f}"] for name, pt, silent in rows])
     depths = sorted({d for e in arms.values() for d in e["final"]["test"]["per_depth"]}, key=int)
     if depths:
-        lines += ["", "Final test success per depth (mean over seeds x tasks; n tasks per depth in the header):", "",
-                  "| arm | " + " | ".join(f"depth {d} (n={first['final']['test']['per_depth'].get(d, {}).get('n', 0)})"
-                                         for d in depths) + " |",
-                  "|---|" + "---|" * len(depths)]
-        for arm, e in arms.items():
-            pd = e["final"]["test"]["per_depth"]
-            lines.append(f"| {arm} | " + " | ".join(fmt_ci(pd[d]["success"]) if d in pd else "—" for d in depths) + " |")
+        lines += ["", "Final test success per depth (mean over seeds x tasks; n tasks per depth in the header):", ""]
+        lines += table(["arm", *(f"depth {d} (n={first['final']['test']['per_depth'].get(d, {}).get('n', 0)})"
+                                 for d in depths)],
+                       [[arm, *(fmt_ci(e["final"]["test"]["per_depth"][d]["success"])
+                                if d in e["final"]["test"]["per_depth"] else "—" for d in depths)]
+                        for arm, e in arms.items()])
     dapo = arms.get("dapo", {}).get("refills")
     if dapo is not None and not dapo["active"] and dapo["steps_with_silent_groups"]:
         lines += ["", f"Note: the dapo arm had silent groups in {dapo['steps_with_silent_groups']} steps but no refill "
                   "rollouts: every step's own batch already reached the rollout budget, which refills may not pass "
                   "(or the source asked for none), so this arm trained like `fixed` (silent groups kept, zero "
                   "advantage)."]
-    lines += ["", "Targets:", ""]
-    for t in summary["targets"]:
-        mark = {True: "PASS", False: "MISS", None: "n/a"}[t["passed"]]
-        lines.append(f"- **{mark}** {t['name']}: {t['detail']}")
+    lines += ["", "Targets (\"RODS beats X\" decided by the paired difference):", ""]
+    lines += [f"- **{t['verdict']}** {t['name']}: {t['detail']}" for t in summary["targets"]]
     lines += ["", "Plots: " + ", ".join(f"`{v}`" for v in meta["plots"].values()) + f"; raw results: `{meta['out']}`."]
     return "\n".join(lines) + "\n"
 
