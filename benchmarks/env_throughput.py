@@ -1,5 +1,5 @@
 """Environment throughput on one core: steps/s per view (oracle and invalid actions),
-resets/s, and sampled tasks/s.
+resets/s, sampled tasks/s, and the features view against the renderer it replaced.
 
     python benchmarks/env_throughput.py [--scale smoke|cpu] [--json OUT]
 
@@ -10,6 +10,12 @@ Targets (issue 2): structured >= 50,000 steps/s, chat >= 20,000 steps/s, reset >
 sampler >= 5,000 tasks/s. The sampler figure is the median of fresh processes (5 at the cpu
 scale), each timing 3,000 medium tasks after 200 warm-up tasks; the same timing done in-process
 after the env parts is reported beside it.
+
+The features view (``FeaturesEnv``, issue 50) is timed beside its previous renderer
+(``tests/features_reference.py``, the code at 88d36dc, installed in the same env), alternating
+between the two in rounds, on the same recorded episodes: the oracle's actions and random masked
+actions (the early-training regime), step() alone and with the resets. Each figure is the median
+over the rounds, and the speed-up is the median of the per-round ratios (same run, same load).
 
 Every timed function runs the way ``timeit`` times code: the garbage collector collects
 first and is off while it runs (:func:`gc_paused`), so no figure carries a collection that
@@ -25,18 +31,23 @@ import json
 import multiprocessing
 import os
 import platform
+import importlib.util
 import statistics
 import time
+from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 import gymnasium as gym
+import numpy as np
 
 import rods_gym
 from rods_gym import DIFFICULTIES, TaskSampler, ToolChainEnv, default_suite, load_split, oracle_action
+from rods_gym.features_env import FeaturesEnv
 
 T = TypeVar("T")
 MODES = ("chat", "compact", "structured")
-TARGETS = {"chat": 20_000, "structured": 50_000, "reset": 5_000, "sampler": 5_000}
+TARGETS = {"chat": 20_000, "structured": 50_000, "reset": 5_000, "sampler": 5_000, "features": 20_000}
+REFERENCE = Path(__file__).resolve().parents[1] / "tests" / "features_reference.py"
 
 
 def gc_paused(fn: Callable[..., T]) -> Callable[..., T]:
@@ -56,13 +67,18 @@ def gc_paused(fn: Callable[..., T]) -> Callable[..., T]:
 
 
 def record_oracle(env: ToolChainEnv, tasks: list) -> list[tuple[Any, list[Any]]]:
+    """The oracle's actions per task; in the features view an episode ends early where the oracle's call
+    is not among the candidates (rare: the view's documented cap)."""
     episodes = []
     for task in tasks:
         env.reset(options={"task": task})
         actions = []
         done = False
         while not done:
-            a = env.encode(oracle_action(env.episode))
+            try:
+                a = env.encode(oracle_action(env.episode))
+            except ValueError:
+                break
             actions.append(a)
             _, _, term, trunc, _ = env.step(a)
             done = term or trunc
@@ -93,6 +109,85 @@ def invalid_actions(mode: str, env: ToolChainEnv) -> list[Any]:
         return ["call nope", "call get_order order_id $63", "reply $99 extra", "frobnicate"]
     n = len(env.action_space.nvec)
     return [[0] * (n - 1), [5] + [0] * (n - 1), [0, 10**6] + [0] * (n - 2)]
+
+
+def record_random(env: ToolChainEnv, tasks: list, seed: int) -> list[tuple[Any, list[Any]]]:
+    """One episode per task of uniformly random masked actions (the features view's ``action_masks``)."""
+    rng = np.random.default_rng(seed)
+    episodes = []
+    for task in tasks:
+        env.reset(options={"task": task})
+        actions: list[Any] = []
+        done = False
+        while not done:
+            actions.append(int(rng.choice(np.flatnonzero(env.action_masks()))))
+            _, _, term, trunc, _ = env.step(actions[-1])
+            done = term or trunc
+        episodes.append((task, actions))
+    return episodes
+
+
+@gc_paused
+def time_episodes(env: Any, episodes: list) -> tuple[float, float, int]:
+    """Seconds in step() (with ``action_masks()``, as a masked agent asks each step), seconds in reset(), and
+    the number of steps, over one pass."""
+    stepping = resetting = 0.0
+    steps = 0
+    for task, actions in episodes:
+        t0 = time.perf_counter()
+        env.reset(options={"task": task})
+        t1 = time.perf_counter()
+        for a in actions:
+            env.step(a)
+            env.action_masks()
+        stepping += time.perf_counter() - t1
+        resetting += t1 - t0
+        steps += len(actions)
+    return stepping, resetting, steps
+
+
+def reference_renderer() -> Any:
+    """The features renderer the incremental one replaced (tests/features_reference.py), or None when the
+    tests are not next to this script (an installed package)."""
+    if not REFERENCE.exists():
+        return None
+    spec = importlib.util.spec_from_file_location("features_reference", REFERENCE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.FeaturesRenderer
+
+
+def time_features(tasks: list, rounds: int) -> dict[str, Any]:
+    """The features view (shuffled order) on recorded oracle and random-masked episodes, today's renderer and
+    the reference one alternating in ``rounds`` rounds on one env; medians over the rounds."""
+    env = FeaturesEnv()
+    renderers = {"features": env.renderer}
+    old = reference_renderer()
+    if old is not None:
+        renderers["features_before"] = old(env.suite, "shuffled")
+    workloads = {"oracle": record_oracle(env, tasks), "random": record_random(env, tasks, seed=0)}
+    for renderer in renderers.values():  # warm each renderer's caches (task tables, checker answers) once
+        env.renderer = renderer
+        for episodes in workloads.values():
+            time_episodes(env, episodes)
+    rates: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        for name, renderer in renderers.items():
+            env.renderer = renderer
+            for workload, episodes in workloads.items():
+                stepping, resetting, steps = time_episodes(env, episodes)
+                rates.setdefault(f"{name}_{workload}_steps_per_s", []).append(steps / stepping)
+                with_resets = steps / (stepping + resetting)
+                rates.setdefault(f"{name}_{workload}_steps_per_s_with_resets", []).append(with_resets)
+    out: dict[str, Any] = {k: float(statistics.median(v)) for k, v in rates.items()}
+    if old is not None:
+        for key in [k for k in rates if k.startswith("features_") and not k.startswith("features_before")]:
+            before = rates["features_before" + key[len("features"):]]
+            out[key.replace("steps_per_s", "speedup")] = float(statistics.median(
+                a / b for a, b in zip(rates[key], before)))
+    out["features_random_steps_per_episode"] = sum(len(a) for _, a in workloads["random"]) / len(tasks)
+    return out
 
 
 @gc_paused
@@ -150,8 +245,8 @@ def main() -> None:
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core
-    n_tasks, repeats, n_invalid, n_resets, n_sample, n_fresh = {
-        "smoke": (40, 1, 2_000, 2_000, 200, 1), "cpu": (400, 5, 50_000, 50_000, 3_000, 5)}[args.scale]
+    n_tasks, repeats, n_invalid, n_resets, n_sample, n_fresh, rounds = {
+        "smoke": (40, 1, 2_000, 2_000, 200, 1, 1), "cpu": (400, 5, 50_000, 50_000, 3_000, 5, 7)}[args.scale]
     tasks = load_split("test")[:n_tasks]
     results: dict[str, Any] = {"scale": args.scale, "python": platform.python_version(),
                                "machine": f"{platform.machine()} {os.cpu_count()} cpus, pinned to 1 core",
@@ -165,6 +260,7 @@ def main() -> None:
         wrapped = gym.make(f"rods/ToolChain-{mode.title()}-v0")  # the same episodes through gym.make's wrappers
         spent, steps = time_replay(wrapped, episodes, repeats)
         results[f"{mode}_oracle_steps_per_s_gym_make"] = steps / spent
+    results.update(time_features(tasks, rounds))
     results["resets_per_s"] = time_resets(ToolChainEnv(mode="structured"), tasks, n_resets)
     results["resets_per_s_chat"] = time_resets(ToolChainEnv(mode="chat"), tasks, n_resets)
     results["sampler_tasks_per_s_in_process"] = time_sampler(n_sample)  # after the env parts, same process
@@ -172,11 +268,15 @@ def main() -> None:
     results["sampler_tasks_per_s_fresh_processes"] = fresh
     results["sampler_tasks_per_s"] = float(statistics.median(fresh))
     for k, v in results.items():
-        shown = f"{v:,.0f}" if isinstance(v, float) else (" ".join(f"{x:,.0f}" for x in v) if isinstance(v, list) else v)
-        print(f"{k:40s} {shown}")
+        if isinstance(v, float):
+            shown = f"{v:,.2f}" if "speedup" in k or "per_episode" in k else f"{v:,.0f}"
+        else:
+            shown = " ".join(f"{x:,.0f}" for x in v) if isinstance(v, list) else v
+        print(f"{k:48s} {shown}")
     for key, target in TARGETS.items():
         got = {"chat": results["chat_oracle_steps_per_s"], "structured": results["structured_oracle_steps_per_s"],
-               "reset": results["resets_per_s"], "sampler": results["sampler_tasks_per_s"]}[key]
+               "reset": results["resets_per_s"], "sampler": results["sampler_tasks_per_s"],
+               "features": results["features_random_steps_per_s_with_resets"]}[key]
         print(f"target {key:10s} {target:>8,} -> {got:10,.0f}  {'met' if got >= target else 'MISSED'}")
     if args.json:
         with open(args.json, "w") as fh:

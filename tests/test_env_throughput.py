@@ -23,8 +23,12 @@ def test_smoke_scale_writes_every_figure(tmp_path: Path) -> None:
         for kind in ("oracle_steps_per_s", "invalid_steps_per_s", "oracle_steps_per_s_gym_make"):
             assert figures[f"{mode}_{kind}"] > 0, (mode, kind)
     assert figures["resets_per_s"] > 0 and figures["resets_per_s_chat"] > 0
+    for who in ("features", "features_before"):  # the features view beside the renderer it replaced
+        for workload in ("oracle", "random"):
+            assert figures[f"{who}_{workload}_steps_per_s"] > 0 and figures[f"{who}_{workload}_steps_per_s_with_resets"] > 0
+    assert figures["features_random_speedup"] > 0
     fresh = figures["sampler_tasks_per_s_fresh_processes"]
     assert len(fresh) == 1 and all(r > 0 for r in fresh) and figures["sampler_tasks_per_s_in_process"] > 0
     assert figures["sampler_tasks_per_s"] == statistics.median(fresh)
-    for target in ("chat", "structured", "reset", "sampler"):
+    for target in ("chat", "structured", "reset", "sampler", "features"):
         assert f"target {target}" in run.stdout
