@@ -175,7 +175,7 @@ def test_two_cpu_processes_average_gradients_and_stay_identical(tmp_path: Path) 
 
 def test_a_lone_process_where_several_were_asked_is_warned_about(monkeypatch) -> None:
     """``accelerate launch --num_processes 2`` without ``--multi_gpu`` on a CPU machine starts one process."""
-    from rods_gym.trainer import pipeline
+    from rods_gym.trainer import preflight
 
     launcher = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "launch", "--num_processes", "2",
                                  "-m", "rods_gym.cli", "train"])
@@ -187,15 +187,15 @@ def test_a_lone_process_where_several_were_asked_is_warned_about(monkeypatch) ->
             if b"--num_processes" in cmdline.read_bytes():
                 break
             time.sleep(0.01)
-        monkeypatch.setattr(pipeline.os, "getppid", lambda: launcher.pid)
+        monkeypatch.setattr(preflight.os, "getppid", lambda: launcher.pid)
         monkeypatch.delenv("WORLD_SIZE", raising=False)
         monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
-        assert pipeline.check_lone_launch() is None  # not launched by accelerate: nothing to say
+        assert preflight.check_lone_launch() is None  # not launched by accelerate: nothing to say
         monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "no")
         with pytest.warns(UserWarning, match="asked for --num_processes 2 but started this one process alone"):
-            assert pipeline.check_lone_launch().endswith("; add --multi_gpu")
+            assert preflight.check_lone_launch().endswith("; add --multi_gpu")
         monkeypatch.setenv("WORLD_SIZE", "2")  # a real two-process launch
-        assert pipeline.check_lone_launch() is None
+        assert preflight.check_lone_launch() is None
     finally:
         launcher.kill()
         launcher.wait()

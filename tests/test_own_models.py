@@ -89,7 +89,7 @@ def cli(capsys, *argv: str) -> tuple[int, str, str]:
 def test_a_max_context_beyond_the_models_positions_is_refused_before_any_work(tmp_path: Path, capsys) -> None:
     """GPT-2's absolute positions end at n_positions: an episode past them used to fail mid-run with
     ``IndexError: index out of range in self``. Now one line names both numbers and the override."""
-    from rods_gym.trainer.pipeline import check_model_positions
+    from rods_gym.trainer.preflight import check_model_positions
 
     model = save_model(tmp_path / "gpt2", gpt2_positions=256)
     run = tmp_path / "run"
@@ -104,7 +104,8 @@ def test_a_max_context_beyond_the_models_positions_is_refused_before_any_work(tm
 
 
 def test_a_chat_template_that_ignores_the_tools_is_refused(tmp_path: Path) -> None:
-    from rods_gym.trainer.pipeline import check_chat_template, prepare_inputs
+    from rods_gym.trainer.pipeline import prepare_inputs
+    from rods_gym.trainer.preflight import check_chat_template
 
     cfg = chat_config(save_model(tmp_path / "m", NO_TOOLS), tmp_path / "run")
     with pytest.raises(ValueError, match=r"ignores the tools: the first prompt of task '.*' does not name \w+"):

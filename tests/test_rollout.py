@@ -239,7 +239,7 @@ def test_shuffled_slot_ids_keep_a_groups_prompt_and_replay_branches(compact_poli
 
 def test_prompts_longer_than_the_context_are_refused_or_warned(compact_policy, easy_tasks) -> None:
     from rods_gym.trainer.config import load_config
-    from rods_gym.trainer.pipeline import check_prompts_fit
+    from rods_gym.trainer.preflight import check_prompts_fit
 
     probe = RolloutEngine(compact_policy, "rods/ToolChain-Compact-v0", RolloutSettings(max_action_tokens=4))
     lengths = {t.id: probe.prompt_length(t) for t in easy_tasks[:12]}

@@ -231,7 +231,8 @@ def test_what_a_run_reads_is_checked_before_any_work_in_one_line(tmp_path: Path,
 def test_an_action_budget_shorter_than_the_longest_compact_call_is_warned_about() -> None:
     """Typed slot ids take two tokens each, so the default 16 cannot hold a six-parameter call (21 tokens
     with its stop token). The typed config's 24 and the default view's 16 fit."""
-    from rods_gym.trainer.pipeline import check_action_tokens, prepare_inputs
+    from rods_gym.trainer.pipeline import prepare_inputs
+    from rods_gym.trainer.preflight import check_action_tokens
 
     for overrides, need in ((["data.slot_ids=typed"], 21),):
         with pytest.warns(UserWarning, match=f"max_action_tokens=16 cuts .* set it to at least {need}"):
@@ -631,7 +632,7 @@ def test_ctrl_c_says_how_to_resume_instead_of_a_traceback(capsys, tmp_path: Path
 
 def test_a_difficulty_in_the_env_id_is_said_to_have_no_effect(tmp_path: Path) -> None:
     """The trainer plays task-set tasks only, so an env id's difficulty preset changes nothing: it warns."""
-    from rods_gym.trainer.pipeline import check_env_difficulty
+    from rods_gym.trainer.preflight import check_env_difficulty
 
     easy = load_config("default", ["data.env_id=rods/ToolChain-Easy-Compact-v0"])
     with pytest.warns(UserWarning, match="names the easy difficulty, which has no effect here"):

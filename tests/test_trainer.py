@@ -90,6 +90,20 @@ def test_train_help_lists_every_shipped_config(capsys) -> None:
         assert {"bfcl_chat", "oracle", "default"} <= set(listed.group(1).split(", "))
 
 
+def test_the_checks_before_any_work_live_in_one_module() -> None:
+    """trainer/preflight.py holds the eight checks a run makes before its warm start (issue 47 item 3); the old
+    import path, the pipeline, names the same functions."""
+    from rods_gym.trainer import pipeline, preflight
+
+    checks = ["check_lone_launch", "check_policy_for_run", "check_env_difficulty", "check_model_positions",
+              "check_action_tokens", "check_view_vocabulary", "check_chat_template", "check_prompts_fit"]
+    for name in checks:
+        assert getattr(preflight, name).__module__ == "rods_gym.trainer.preflight"
+        assert getattr(pipeline, name) is getattr(preflight, name)
+    assert not [n for n in vars(pipeline) if n.startswith("check_") and n not in checks and
+                getattr(pipeline, n).__module__ == "rods_gym.trainer.pipeline"]
+
+
 def test_the_grpo_budget_is_a_number_of_steps_in_every_shipped_config() -> None:
     """A wall-clock cap would make a run's result depend on the machine's speed: it stays an option, off by default
     and in every shipped config; the main job's budget is its 60 steps."""

@@ -301,7 +301,7 @@ def check_launch(cfg: Any, *, resume: bool) -> None:
     """What the number of launched processes must fit: the step's tasks split evenly, and a resumed
     checkpoint written by as many processes (checked here, before the warm start and the first evaluation)."""
     from .checkpoint import check_world_size, latest_checkpoint
-    from .pipeline import check_lone_launch, launched_processes
+    from .preflight import check_lone_launch, launched_processes
 
     check_lone_launch()  # a warning: one process where several were asked
     world = launched_processes()
@@ -458,7 +458,8 @@ def run_sft(args: argparse.Namespace) -> int:
 def run_evaluate(args: argparse.Namespace) -> int:
     from .checkpoint import latest_policy, policy_dir
     from .loop import evaluation_engine
-    from .pipeline import apply_threads, check_policy_for_run, env_mode, job_evaluation, make_accelerator
+    from .pipeline import apply_threads, env_mode, job_evaluation, make_accelerator
+    from .preflight import check_policy_for_run
     from .policy import load_policy, make_policy
     from .rollout import MODES
     from .tasks import load_tasks, spread

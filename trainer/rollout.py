@@ -224,7 +224,7 @@ class RolloutEngine:
 
     def _warn_long_prompts(self, trajs: Sequence[Trajectory]) -> None:
         """An episode whose first prompt leaves no room for an action ends untouched, counted as truncated:
-        said once per engine (a setup check, ``pipeline.check_prompts_fit``, refuses task sets where none fit)."""
+        said once per engine (a setup check, ``preflight.check_prompts_fit``, refuses task sets where none fit)."""
         if self._warned_long_prompts:
             return
         s = self.settings
