@@ -239,3 +239,27 @@ def test_bfcl_missing_function_reveals_its_tool() -> None:
             assert set(env._registered) == {t.name for t in obs.tools}  # on the session's MCP server too
     assert revealed == hidden and obs.done and obs.success and env.state.episode_return == pytest.approx(1.0)
     env.close()
+
+
+def test_mcp_json_rpc_reaches_the_sessions_tools(server: str) -> None:
+    """OpenEnv's MCP messages on a session (``type: mcp``, JSON-RPC tools/list and tools/call) reach the tools of
+    the session's current task, registered on its FastMCP server, and a call steps the session's episode."""
+    async def play() -> list[dict]:
+        async with connect(server.replace("http", "ws") + "/ws") as ws:
+            out = []
+            for frame in ({"type": "reset", "data": {"task_id": "train-0000"}},
+                          {"type": "mcp", "data": {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}},
+                          {"type": "mcp", "data": {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                              "name": "count_provider_appointments", "arguments": {"provider_id": "PRV-0000"}}}},
+                          {"type": "state"}):
+                await ws.send(json.dumps(frame))
+                out.append(json.loads(await ws.recv())["data"])
+            return out
+
+    reset, listed, called, state = asyncio.run(play())
+    names = [t["name"] for t in reset["observation"]["tools"]]
+    assert [t["name"] for t in listed["result"]["tools"]] == names == ["count_provider_appointments", USER_TOOL]
+    schema = default_suite().public_schemas["count_provider_appointments"]["function"]["parameters"]
+    assert listed["result"]["tools"][0]["input_schema"] == schema
+    assert "result" in called or "error" in called  # the env's answer (an error result is a JSON-RPC error)
+    assert state["task_id"] == "train-0000" and state["step_count"] == 1
