@@ -26,6 +26,9 @@ ENTRY_POINT = "rods_gym.env:ToolChainEnv"
 AUG_ENTRY_POINT = "rods_gym.augment:make_augmented_env"
 FEATURES_ENTRY_POINT = "rods_gym.features_env:FeaturesEnv"
 AUG_FEATURES_ENTRY_POINT = "rods_gym.features_env:make_augmented_features_env"
+# gym.make_vec on a features id builds the batched FeaturesVectorEnv (vectorization_mode="sync" still gives N envs)
+FEATURES_VECTOR_ENTRY_POINT = "rods_gym.features_vector:FeaturesVectorEnv"
+AUG_FEATURES_VECTOR_ENTRY_POINT = "rods_gym.features_vector:make_augmented_features_vector"
 # BFCL-V3 multi-turn (rods_gym.bfcl, the optional `bfcl` extra): registered by name only, so `import rods_gym` never
 # imports bfcl-eval; gym.make raises an ImportError naming the extra when it is absent. Not in ENV_IDS (optional).
 BFCL_ID = "rods/BFCL-MultiTurn-v0"  # and rods/BFCL-MultiTurn-Short-v0: tool_docs="short" (a third of the prompt)
@@ -34,9 +37,11 @@ DIFFICULTY_NAMES = {"Easy": "easy", "Medium": "medium", "Hard": "hard"}
 MODE_NAMES = {"Chat": "chat", "Compact": "compact", "Structured": "structured"}
 
 
-def _register(env_id: str, entry_point: str = ENTRY_POINT, **kwargs: str) -> None:
+def _register(env_id: str, entry_point: str = ENTRY_POINT, vector_entry_point: str | None = None,
+              **kwargs: str) -> None:
     if env_id not in gym.registry:
-        gym.register(id=env_id, entry_point=entry_point, kwargs=kwargs, disable_env_checker=False)
+        gym.register(id=env_id, entry_point=entry_point, kwargs=kwargs, disable_env_checker=False,
+                     vector_entry_point=vector_entry_point)
 
 
 def register_envs() -> list[str]:
@@ -57,12 +62,12 @@ def register_envs() -> list[str]:
         ids.append(f"rods/ToolChain-Aug-{mname}-v0")
         _register(ids[-1], AUG_ENTRY_POINT, mode=mode, difficulty="medium")
     ids.append("rods/ToolChain-Features-v0")
-    _register(ids[-1], FEATURES_ENTRY_POINT, difficulty="medium")
+    _register(ids[-1], FEATURES_ENTRY_POINT, FEATURES_VECTOR_ENTRY_POINT, difficulty="medium")
     for dname, difficulty in DIFFICULTY_NAMES.items():
         ids.append(f"rods/ToolChain-{dname}-Features-v0")
-        _register(ids[-1], FEATURES_ENTRY_POINT, difficulty=difficulty)
+        _register(ids[-1], FEATURES_ENTRY_POINT, FEATURES_VECTOR_ENTRY_POINT, difficulty=difficulty)
     ids.append("rods/ToolChain-Aug-Features-v0")
-    _register(ids[-1], AUG_FEATURES_ENTRY_POINT, difficulty="medium")
+    _register(ids[-1], AUG_FEATURES_ENTRY_POINT, AUG_FEATURES_VECTOR_ENTRY_POINT, difficulty="medium")
     _register(BFCL_ID, BFCL_ENTRY_POINT)
     _register("rods/BFCL-MultiTurn-Short-v0", BFCL_ENTRY_POINT, tool_docs="short")
     return ids

@@ -226,8 +226,11 @@ class FeaturesRenderer(Renderer):
         # per position an Action, or what makes one when it is chosen: (None, slot) a reply with the slot's value,
         # (tool, slot or None per parameter) a call (most candidates are never chosen: none is built before)
         self._cands: list[Any] = [EMPTY] * N_CANDIDATES
-        self._mask = np.zeros(N_CANDIDATES, bool)
+        self._marks = bytes(N_CANDIDATES)  # the mask, one byte per position
         self._block = b""  # the last observation's bytes (float32), its global features zero
+        self._obs_row: np.ndarray | None = None  # write_into()'s rows, and their bytes
+        self._obs_out: memoryview | None = None
+        self._mask_out: memoryview | None = None
         self._n_cands = 0  # the global feature's candidate count (reply positions always counted)
         self._last_call: ToolCall | None = None
         self._log: list[Any] = []  # lines, or (tool, result) to write out as a line
@@ -326,9 +329,11 @@ class FeaturesRenderer(Renderer):
         self._log = [f"user: {episode.user_message(0)}"]
         if self._task.start is None:
             self._candidates(episode)
-            self._task.start = (self._cands, self._mask, self._block, self._n_cands)
+            self._task.start = (self._cands, self._marks, self._block, self._n_cands)
         else:
-            self._cands, self._mask, self._block, self._n_cands = self._task.start
+            self._cands, self._marks, self._block, self._n_cands = self._task.start
+            if self._mask_out is not None:
+                self._mask_out[:] = self._marks
         return self._obs(episode)
 
     def observe(self, episode: "Episode", outcome: "StepOutcome") -> np.ndarray:
@@ -414,7 +419,9 @@ class FeaturesRenderer(Renderer):
             pos = position[2 + j if j < n_values else FIRST_CALL + j - n_values]  # calls from FIRST_CALL on
             cands[pos], marks[pos] = cand, True
             pack(block, _FLAGS_BYTES + pos * _ROW_BYTES, *row)
-        self._cands, self._mask, self._block = cands, np.frombuffer(marks, bool), bytes(block)
+        self._cands, self._marks, self._block = cands, bytes(marks), bytes(block)
+        if self._mask_out is not None:
+            self._mask_out[:] = marks
         self._n_cands = FIRST_CALL + len(ranked) - n_values
 
     def _obs(self, episode: "Episode") -> np.ndarray:
@@ -429,6 +436,9 @@ class FeaturesRenderer(Renderer):
                             len(self.slots) / N_SLOTS, self._n_cands / N_CANDIDATES)
         obs = bytearray(self._block)
         obs[:_FLAGS_BYTES] = flags + _ERROR_BYTES[error]
+        if self._obs_out is not None:  # write_into(): the row of a batch
+            self._obs_out[:] = obs
+            return self._obs_row  # type: ignore[return-value]
         return np.frombuffer(obs, np.float32)
 
     def _reply_values(self, ranked: list[tuple[tuple[Any, ...], tuple[Any, ...]]], scale: float) -> None:
@@ -606,7 +616,31 @@ class FeaturesRenderer(Renderer):
         return [self._action(c) for c in self._cands]
 
     def action_masks(self, episode: "Episode") -> np.ndarray:
-        return self._mask.copy()
+        return np.frombuffer(bytearray(self._marks), bool)
+
+    def share_caches(self, other: "FeaturesRenderer") -> None:
+        """Use ``other``'s per-task tables and checker answers (pure functions of the task and the suite), as
+        the sub-envs of one vector env do: a task's tables are then built once for all its episodes."""
+        if other.suite is not self.suite or other.candidate_order != self.candidate_order:
+            raise ValueError("share_caches: the renderers must have the same suite and candidate order")
+        self._tables, self._checked = other._tables, other._checked
+
+    def write_into(self, obs: np.ndarray | None, mask: np.ndarray | None) -> None:
+        """Write each observation into ``obs`` (a C-contiguous float32 row of the observation's shape, returned
+        by reset/step in place of a new array) and each mask into ``mask`` (a bool row of ``N_CANDIDATES``), as
+        a batched vector env wants (:mod:`rods_gym.features_vector`); ``None`` undoes it."""
+        if obs is not None and (obs.dtype != np.float32 or obs.shape != self.observation_space.shape
+                                or not obs.flags.c_contiguous):
+            raise ValueError(f"write_into: obs must be a C-contiguous float32 array of shape "
+                             f"{self.observation_space.shape}, got {obs.dtype} {obs.shape}")
+        if mask is not None and (mask.dtype != bool or mask.shape != (N_CANDIDATES,) or not mask.flags.c_contiguous):
+            raise ValueError(f"write_into: mask must be a C-contiguous bool array of shape ({N_CANDIDATES},), got "
+                             f"{mask.dtype} {mask.shape}")
+        self._obs_row = obs
+        self._obs_out = None if obs is None else memoryview(obs).cast("B")
+        self._mask_out = None if mask is None else memoryview(mask).cast("B")
+        if mask is not None:
+            self._mask_out[:] = self._marks  # type: ignore[index]
 
     def encode(self, action: Action, episode: "Episode") -> int:
         """The position of the candidate that does what ``action`` does (a reply: with the answer's value
