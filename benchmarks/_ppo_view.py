@@ -5,6 +5,7 @@ random-masked evaluation on a list of tasks (through ``benchmarks.evaluator``)."
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -66,16 +67,27 @@ def make_view_env(view: str, task_set: Any = None, **kwargs: Any) -> ToolChainEn
 
 
 class TaskStream(gym.Wrapper):
-    """Resets draw their task from ``next_task()`` (a procedural source: a fresh task every episode)."""
+    """Resets draw their task from ``next_task()`` (a procedural source: a fresh task every episode). ``outcomes``
+    counts the finished episodes by (user turns, the turn it ended in, success)."""
 
     def __init__(self, env: gym.Env, next_task: Callable[[], TaskSpec]) -> None:
         super().__init__(env)
         self.next_task = next_task
         self.tasks_seen = 0
+        self.outcomes: Counter[tuple[int, int, bool]] = Counter()
+        self._turns = 1
 
     def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
         self.tasks_seen += 1
-        return self.env.reset(seed=seed, options={"task": self.next_task()})
+        task = self.next_task()
+        self._turns = len(task.turns)
+        return self.env.reset(seed=seed, options={"task": task})
+
+    def step(self, action: Any) -> Any:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if terminated or truncated:
+            self.outcomes[(self._turns, int(info["turn"]), bool(info["success"]))] += 1
+        return obs, reward, terminated, truncated, info
 
     def action_masks(self) -> np.ndarray:
         return self.env.unwrapped.action_masks()

@@ -20,6 +20,7 @@ import dataclasses
 import json
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -33,6 +34,7 @@ import yaml  # noqa: E402
 
 from benchmarks._ppo_view import (Evaluator, PPOConfig, TaskStream, greedy, make_model, make_view_env,  # noqa: E402
                                   masked, procedural_stream, random_masked)
+from benchmarks._multiturn import describe, probe  # noqa: E402
 from benchmarks._script import run_script  # noqa: E402
 from benchmarks.evaluator import spread  # noqa: E402
 
@@ -94,7 +96,8 @@ def breakdown(tasks: Sequence[TaskSpec], success: dict[str, float]) -> dict[str,
 
 def run_arm(arm: str, points: Sequence[int], ppo: PPOConfig, seed: int, evaluator: Evaluator,
             fixed_set: list[TaskSpec], train: list[TaskSpec], test: list[TaskSpec],
-            env_kwargs: dict[str, Any]) -> dict[str, Any]:
+            env_kwargs: dict[str, Any], probe_tasks: dict[str, list[TaskSpec]] | None = None,
+            save: Path | None = None) -> dict[str, Any]:
     """Train one arm from scratch; greedy success on ``train`` and ``test`` at every point."""
     if arm == "procedural":
         fns = [lambda i=i: masked(TaskStream(make_view_env(VIEW, **env_kwargs), procedural_stream(1000 * seed + i, VIEW)))
@@ -118,7 +121,22 @@ def run_arm(arm: str, points: Sequence[int], ppo: PPOConfig, seed: int, evaluato
         print(f"  {arm:10s} {row['steps']:>8d} steps  train {row['train']:.3f}  test {row['test']:.3f}  "
               f"({train_s:.0f} s training)", flush=True)
     curve[-1]["test_breakdown"] = breakdown(test, te)
-    return {"curve": curve}
+    curve[-1]["train_breakdown"] = breakdown(train, tr)
+    out: dict[str, Any] = {"curve": curve}
+    if arm == "procedural":  # the training episodes by user turns: how many reached a later turn, how many succeeded
+        outcomes: Counter = sum(model.env.get_attr("outcomes"), Counter())
+        out["training_episodes"] = {f"{turns} turns": {
+            "episodes": sum(v for (n, _, _), v in outcomes.items() if n == turns),
+            "reached a later turn": sum(v for (n, t, _), v in outcomes.items() if n == turns and t > 0),
+            "success": sum(v for (n, _, ok), v in outcomes.items() if n == turns and ok)}
+            for turns in sorted({n for n, _, _ in outcomes})}
+        print(f"  {arm:10s} training episodes: {out['training_episodes']}")
+    for name, tasks in (probe_tasks or {}).items():
+        out.setdefault("probe", {})[name] = figures = probe(model, tasks, **env_kwargs)
+        print(f"  {arm:10s} probe on {name}: {describe(figures)}", flush=True)
+    if save is not None:
+        model.save(save / f"{arm}_seed{seed}.zip")
+    return out
 
 
 def main() -> int:
@@ -133,6 +151,10 @@ def main() -> int:
     parser.add_argument("--ppo", default="", help="PPOConfig overrides, e.g. learning_rate=1e-3,n_epochs=8,net_arch=128-128")
     parser.add_argument("--points", default="", help="comma-separated env-step points (default: the scale's)")
     parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument("--probe", action="store_true",
+                        help="after training, the multi-turn probe (benchmarks/_multiturn.py) on the held-out split's and "
+                             "the train split's multi-turn tasks")
+    parser.add_argument("--save", type=Path, help="save each arm's final model here (ARM_seedN.zip)")
     args = parser.parse_args()
     arms = [a for a in args.arms.split(",") if a]
     unknown = sorted(set(arms) - {"procedural", "fixed"})
@@ -157,8 +179,9 @@ def main() -> int:
           f"{args.held_out} tasks; {ppo})")
     print(f"  random masked agent: train {out['random']['train']:.3f}  test {out['random']['test']:.3f}")
     for arm in arms:
+        probe_tasks = {args.held_out: test_split, "train": fixed_set} if args.probe else None
         out["arms"][arm] = run_arm(arm, points, ppo, args.seed, evaluator, fixed_set, train, test,
-                                   env_kwargs)
+                                   env_kwargs, probe_tasks, args.save)
     report(out)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
