@@ -557,7 +557,7 @@ def test_evaluate_finds_a_runs_latest_policy(tmp_path: Path, capsys, monkeypatch
     greedy, sampled = capsys.readouterr().out.strip().splitlines()  # both per depth and per turn type
     assert sampled.startswith("dev    sampled x2 at T=") and "(10 episodes)" in sampled
     for line in (greedy, sampled):
-        assert " d1 " in line and " missing_tool " in line and " plain " in line, line
+        assert " depth 1 " in line and " withheld tool " in line and " plain " in line, line  # turn types in words
     # a run is evaluated with its own config: its environment, env settings and limits, unless overridden
     save_config(load_config("default", [f"run_dir={run}", "data.env_id=rods/ToolChain-Easy-Compact-v0",
                                         "data.slot_ids=shuffled", "data.env_max_steps=9", "rollout.max_turns=3"]),

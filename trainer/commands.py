@@ -519,9 +519,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(results, indent=2))
     else:
-        def groups(res: dict) -> str:
-            return "  ".join([f"d{d} {v['success']:.2f}" for d, v in res.get("per_depth", {}).items()]
-                             + [f"{name} {v['success']:.2f}" for name, v in res.get("per_stratum", {}).items()])
+        from rods_gym.task import stratum_name
+
+        def groups(res: dict) -> str:  # success per depth, then per turn type (named as reports name them)
+            return ", ".join([f"depth {d} {v['success']:.2f}" for d, v in res.get("per_depth", {}).items()]
+                             + [f"{stratum_name(name)} {v['success']:.2f}" for name, v in res.get("per_stratum", {}).items()])
 
         for split, res in results.items():
             print(f"{split:6s} success {res['success']:.3f}  progress {res['progress']:.3f}  turns {res['turns']:.1f}  "
