@@ -11,10 +11,9 @@ per configuration (best of 3 warm passes over the 400 seeds, process time). Prin
 
 from __future__ import annotations
 
-import datetime
-import platform
-import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from rods_gym.augment import FAITHFUL, WITH_REDRAW, AugmentConfig, AugmentWrapper, make_augmented_env
@@ -24,6 +23,10 @@ from rods_gym.executor import ToolError
 from rods_gym.features_env import FeaturesEnv
 from rods_gym.task import TaskSpec
 from rods_gym.world import WorldState
+
+if __name__ == "__main__" and not __package__:  # run as a file: import the package, not its modules by name
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+from benchmarks.provenance import provenance  # noqa: E402
 
 VIEWS = ("chat", "compact", "structured", "features")
 MAX_STEPS = 80
@@ -101,10 +104,8 @@ def reset_ms(config: AugmentConfig | None, seeds: list[TaskSpec]) -> float:
 
 def main() -> None:
     seeds = load_split("train")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True).stdout.strip()
-    print(f"date {datetime.date.today()}, machine {platform.node()} ({platform.processor() or platform.machine()}), "
-          f"commit {commit}{' + uncommitted changes' if dirty else ''}\n")
+    prov = provenance()
+    print(f"`{prov['command']}`: date {prov['date']}, machine {prov['machine']}, code {prov['code']}\n")
     print("| view | extra distractors | world edits | renamed tool | an observation differs | more candidates |")
     print("| --- | --- | --- | --- | --- | --- |")
     for mode in VIEWS:
