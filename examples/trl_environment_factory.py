@@ -36,7 +36,7 @@ from rods_gym import load_split
 from rods_gym.curricula import arm_names, make_source
 from rods_gym.integrations.tool_episode import ToolEpisode, oracle_call
 from rods_gym.integrations.trl_env import (CLASS_NAME, TRLToolCurriculum, demonstration, tool_calling_tokenizer,
-                                           warm_start)
+                                           tool_list, warm_start)
 
 SHOWN = ("reward", "reward_std", "frac_reward_zero_std", "tools/call_frequency", "tools/failure_frequency",
          "curriculum/boundary_fraction", "curriculum/batches_observed")
@@ -73,7 +73,7 @@ def one_call_tasks(n: int) -> list:
 
 def embedded_model(curriculum: TRLToolCurriculum, seeds: list, steps: int) -> tuple:
     env = curriculum.environment_factory()
-    tools = [getattr(env, name) for name in curriculum.tool_names]
+    tools = tool_list(env)
     corpus = [tool_calling_tokenizer().apply_chat_template(demonstration(env, t), tools=tools, tokenize=False)
               for t in seeds]
     tokenizer = tool_calling_tokenizer(corpus)
@@ -108,7 +108,7 @@ def main() -> None:
     ap.add_argument("--max-completion", type=int, default=384, help="tokens of an episode after its prompt")
     ap.add_argument("--max-action", type=int, default=96, help="tokens of one generated turn")
     ap.add_argument("--max-tool-calls", type=int, default=4, help="TRL's max_tool_calling_iterations")
-    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--warm-steps", type=int, default=150, help="warm start of the tiny model (0: none)")
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--seed", type=int, default=0)

@@ -36,7 +36,7 @@ from rods_gym.integrations.tool_episode import USER_TOOL, suite_tools  # noqa: E
 from rods_gym.integrations.trl import SLOT_KEY  # noqa: E402
 from rods_gym.integrations.trl_env import (CLASS_NAME, ToolEnvironment, TRLToolCurriculum,  # noqa: E402
                                            demonstration, environment_class, tool_calling_tokenizer,
-                                           warm_start)
+                                           tool_list, warm_start)
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 G, K = 4, 2
@@ -101,7 +101,7 @@ def warm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     torch.set_num_threads(1)
     cur = curriculum()
     env = cur.environment_factory()
-    tools = [getattr(env, n) for n in cur.tool_names]
+    tools = tool_list(env)
     corpus = [tool_calling_tokenizer().apply_chat_template(demonstration(env, t), tools=tools, tokenize=False)
               for t in seeds()]
     tokenizer = tool_calling_tokenizer(corpus)

@@ -174,6 +174,12 @@ def environment_class(tools: Sequence[Mapping[str, Any]], name: str = CLASS_NAME
     return type(name, (ToolEnvironment,), {**methods, "__doc__": f"rods tools as methods: {', '.join(names)}"})
 
 
+def tool_list(env: ToolEnvironment) -> list[Callable[..., str]]:
+    """The instance's tools as TRL lists them when it renders a prompt (its public methods in name order)."""
+    return [getattr(env, name) for name, _ in inspect.getmembers(type(env), predicate=inspect.isfunction)
+            if name not in ("reset", "get_reward") and not name.startswith("_")]
+
+
 def rods_episode_success(completions: list[Any], environments: Sequence[Any] | None = None,
                          log_extra: Callable[[str, list], None] | None = None, **_: Any) -> list[None]:
     """A reward function that adds nothing (``None``: TRL skips it) and logs each episode's success and task id
@@ -357,7 +363,7 @@ def warm_start(model: Any, tokenizer: Any, curriculum: TRLToolCurriculum, tasks:
     import torch
 
     env = curriculum.environment_factory()
-    tools = [getattr(env, name) for name in curriculum.tool_names]
+    tools = tool_list(env)  # in TRL's order: the prompts must be the ones TRL will render
 
     def ids_of(messages: list[dict[str, Any]], **kw: Any) -> list[int]:
         return list(tokenizer.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=False, **kw))
