@@ -25,6 +25,15 @@ class FeaturesEnv(ToolChainEnv):
         super().__init__(mode="features", **kwargs)
         self.renderer = FeaturesRenderer(self.suite, candidate_order=candidate_order)
 
+    def share_caches(self, other: "FeaturesEnv") -> None:
+        """Use ``other``'s compiled tasks (with their signatures) and its renderer's per-task tables: pure functions
+        of the task and the suite, built once for all the envs of one process that run the task (the sub-envs of
+        :class:`~rods_gym.features_vector.FeaturesVectorEnv`: a group's episodes of a new task then compile it once)."""
+        if other.suite is not self.suite:
+            raise ValueError("share_caches: the envs must have the same suite")
+        self._compiled = other._compiled
+        self.renderer.share_caches(other.renderer)  # type: ignore[attr-defined]
+
     def action_masks(self) -> np.ndarray:
         """Which of the ``Discrete`` candidates exist now (MaskablePPO's mask)."""
         if self.episode is None:

@@ -6,7 +6,8 @@ observations ``(N, GLOBAL + N_CANDIDATES * CANDIDATE)`` float32, rewards, termin
 arrays, and the infos in Gymnasium's vector layout (a key's values as an array of N, its ``_key`` mask);
 ``action_masks()`` gives the ``(N, N_CANDIDATES)`` bool masks. Each sub-env's renderer writes its
 observation and mask straight into its row of the batch (:meth:`FeaturesRenderer.write_into`), and the
-sub-envs share one cache of per-task tables, so the batch costs what its episodes cost and no copies.
+sub-envs share one cache of compiled tasks and per-task tables (:meth:`FeaturesEnv.share_caches`: a group's
+episodes of a new task compile it once), so the batch costs what its episodes cost and no copies.
 
 Autoreset: **same-step** (``AutoresetMode.SAME_STEP``). When a sub-env's episode ends, ``step`` returns
 that episode's reward, termination and truncation, and already the *next* episode's first observation and
@@ -54,6 +55,27 @@ def batch_infos(infos: Sequence[Mapping[str, Any] | None], n: int) -> dict[str, 
     env: per key an array of ``n`` (the dtype of the first value's type for ints, floats, bools and NumPy
     numbers, stacked for arrays, object otherwise; a dict recursively) and its ``_key`` presence mask;
     ``final_obs`` as an object array."""
+    out: dict[str, Any] = {}
+    first = infos[0]
+    if first is not None and all(info is not None and info.keys() == first.keys() for info in infos):
+        keys: list[str] = list(first)  # every env has every key (most steps): no presence to work out
+        every = np.ones(n, np.bool_)
+        for key in keys:
+            value = first[key]
+            kind = type(value)
+            if kind is str:
+                column = np.empty(n, dtype=object)
+                column[:] = [info[key] for info in infos]  # type: ignore[index]
+            elif kind in (int, float, bool):
+                column = np.array([info[key] for info in infos], dtype=kind)  # type: ignore[index]
+            else:
+                return _batch_infos(infos, n)
+            out[key], out[f"_{key}"] = column, every.copy()
+        return out
+    return _batch_infos(infos, n)
+
+
+def _batch_infos(infos: Sequence[Mapping[str, Any] | None], n: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     keys = list(dict.fromkeys(k for info in infos if info for k in info))
     for key in keys:
@@ -120,10 +142,9 @@ class FeaturesVectorEnv(gym.vector.VectorEnv):
         self._obs = np.zeros((num_envs, *self.single_observation_space.shape), np.float32)
         self._masks = np.zeros((num_envs, N_CANDIDATES), np.bool_)
         for i, env in enumerate(self.envs):
-            renderer = env.unwrapped.renderer
             if i:
-                renderer.share_caches(first.renderer)
-            renderer.write_into(self._obs[i], self._masks[i])
+                env.unwrapped.share_caches(first)
+            env.unwrapped.renderer.write_into(self._obs[i], self._masks[i])
         self._rewards = np.zeros(num_envs, np.float64)
         self._terminations = np.zeros(num_envs, np.bool_)
         self._truncations = np.zeros(num_envs, np.bool_)
