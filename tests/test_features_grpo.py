@@ -191,6 +191,19 @@ def test_a_resumed_run_continues_identically(tmp_path: Path) -> None:
     assert same(params(resumed.learn(100)), params(whole.learn(100)))
 
 
+def test_a_vector_env_runs_as_the_same_envs_would() -> None:
+    from rods_gym.features_vector import FeaturesVectorEnv
+
+    def run(envs: Any) -> FeaturesGRPO:
+        return FeaturesGRPO(ENV_ID, FixedSeeds(spread(8), seed=2), SMALL, seed=2, envs=envs).learn(300)
+
+    vec = run(FeaturesVectorEnv(3))
+    listed = run([gym.make(ENV_ID) for _ in range(3)])
+    assert same(params(vec), params(listed)) and vec.num_timesteps == listed.num_timesteps
+    with pytest.raises(ValueError, match="own schedule"):
+        run(FeaturesVectorEnv(2, schedule=TaskSchedule(FixedSeeds(spread(4)), tasks_per_batch=4, group_size=4)))
+
+
 def test_predict_only_learner_loads_without_a_source(tmp_path: Path) -> None:
     learner = FeaturesGRPO(ENV_ID, FixedSeeds(spread(8), seed=0), SMALL, seed=0).learn(100)
     learner.save(tmp_path / "grpo.pt")

@@ -222,14 +222,17 @@ class FeaturesGRPO:
             sizes, or ``None`` for a learner that only predicts (``learn`` then refuses).
         config: :class:`FeaturesGRPOConfig`.
         seed: seeds the initial policy, the sampling, the minibatches and every episode's ``reset`` seed.
-        envs: the envs to step in lockstep instead of ``config.n_envs`` made ones (any number; e.g. wrapped to
-            time them; the source's env hook is then the caller's business); each needs ``reset(seed=,
-            options={"task": ...})`` and ``action_masks()`` (found through ``get_wrapper_attr``).
+        envs: the envs to step in lockstep instead of ``config.n_envs`` made ones: a list (any number; e.g. wrapped
+            to time them), each with ``reset(seed=, options={"task": ...})`` and ``action_masks()`` (found through
+            ``get_wrapper_attr``), or a vector env made without a schedule (a
+            :class:`~rods_gym.features_vector.FeaturesVectorEnv`: its sub-envs, which share their compiled tasks).
+            The source's env hook is then the caller's business.
     """
 
     def __init__(self, env_id: str, source: TaskSource | TaskSchedule | None,
                  config: FeaturesGRPOConfig | None = None, *, seed: int = 0,
-                 env_kwargs: Mapping[str, Any] | None = None, envs: Sequence[gym.Env] | None = None) -> None:
+                 env_kwargs: Mapping[str, Any] | None = None,
+                 envs: Sequence[gym.Env] | gym.vector.VectorEnv | None = None) -> None:
         self.env_id = env_id
         self.config = config or FeaturesGRPOConfig()
         self.seed = int(seed)
@@ -238,7 +241,7 @@ class FeaturesGRPO:
         hook = self.schedule.source if self.schedule is not None else None
         self.train_env_id = str(getattr(hook, "env_id", None) or env_id)
         self.train_env_kwargs = {**self.env_kwargs, **dict(getattr(hook, "env_kwargs", None) or {})}
-        self._envs = list(envs) if envs is not None else None
+        self._envs = _sub_envs(envs) if isinstance(envs, gym.vector.VectorEnv) else None if envs is None else list(envs)
         if envs is not None and not self._envs:
             raise ValueError("FeaturesGRPO: envs is empty (give at least one env, or None to make config.n_envs)")
         spec_env = self._envs[0] if self._envs else gym.make(self.train_env_id, **self.train_env_kwargs)
@@ -292,8 +295,13 @@ class FeaturesGRPO:
 
     @property
     def envs(self) -> list[gym.Env]:
+        """The envs ``learn`` steps: the given ones, or ``config.n_envs`` made on first use, sharing the tasks they
+        compile (:meth:`~rods_gym.features_env.FeaturesEnv.share_caches`: a group's episodes compile a task once)."""
         if self._envs is None:
-            self._envs = [gym.make(self.train_env_id, **self.train_env_kwargs) for _ in range(self.config.n_envs)]
+            envs = [gym.make(self.train_env_id, **self.train_env_kwargs) for _ in range(self.config.n_envs)]
+            for env in envs[1:]:
+                env.unwrapped.share_caches(envs[0].unwrapped)
+            self._envs = envs
         return self._envs
 
     def _observe(self, batch: Rollouts) -> None:
@@ -418,6 +426,19 @@ def _schedule(source: TaskSource | TaskSchedule | None, config: FeaturesGRPOConf
         return schedule
     # the schedule checks the source, and refuses DAPO-style select/refill: a step runs the B x G it planned
     return TaskSchedule(source, tasks_per_batch=config.tasks_per_step, group_size=config.group_size)
+
+
+def _sub_envs(vec: gym.vector.VectorEnv) -> list[gym.Env]:
+    """A vector env's sub-envs, which the learner steps itself: a step runs its B x G planned episodes and nothing
+    more, where an autoresetting vector step would start episodes the step did not plan."""
+    subs = getattr(vec, "envs", None)
+    if subs is None:
+        raise ValueError(f"FeaturesGRPO: envs={type(vec).__name__} does not expose its sub-envs (.envs); give a "
+                         "FeaturesVectorEnv, a SyncVectorEnv or a list of envs")
+    if getattr(vec, "schedule", None) is not None:
+        raise ValueError("FeaturesGRPO: the vector env has its own schedule; make it without schedule= (the learner's "
+                         "schedule picks every episode's task)")
+    return list(subs)
 
 
 def _check_masks(masks: torch.Tensor, where: str) -> None:
