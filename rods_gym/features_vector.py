@@ -7,7 +7,9 @@ arrays, and the infos in Gymnasium's vector layout (a key's values as an array o
 ``action_masks()`` gives the ``(N, N_CANDIDATES)`` bool masks. Each sub-env's renderer writes its
 observation and mask straight into its row of the batch (:meth:`FeaturesRenderer.write_into`), and the
 sub-envs share one cache of compiled tasks and per-task tables (:meth:`FeaturesEnv.share_caches`: a group's
-episodes of a new task compile it once), so the batch costs what its episodes cost and no copies.
+episodes of a new task compile it once), so the batch costs what its episodes cost and no copies. (A host that
+steps the sub-envs itself, ``venv.envs[i]``, gets that row back from their ``reset``/``step``, a view the next step
+overwrites: copy it to keep it.)
 
 Autoreset: **same-step** (``AutoresetMode.SAME_STEP``). When a sub-env's episode ends, ``step`` returns
 that episode's reward, termination and truncation, and already the *next* episode's first observation and
