@@ -137,49 +137,59 @@ def structure(by_seed: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
     """What the boundary parents and their variants are, and which of their groups carry gradient.
 
     Per run, each trained-on task's description (``catalog``: signature class, depth, calls, turn type, parent)
-    and the groups; pooled over seeds: (1) the parents (tasks at least one variant descends from): how many, how
-    many were on the boundary at an appearance, their depth / turn type; (2) the variants: the share that keep
-    their parent's signature class, depth and turn type; (3) signature class sizes (distinct trained-on tasks per
-    class) of parents and of variants; (4) the share of groups with non-zero return variance (the groups that
-    carry a GRPO gradient), seeds vs variants, overall and in the second half."""
-    parents: Counter[str] = Counter()
+    and the groups; pooled over seeds: (1) the seeds trained on and the parents (tasks at least one variant descends
+    from): how many, how many were on the boundary at an appearance, their depth / turn type; (2) the variants: the
+    share that keep their parent's signature class, depth and turn type; (3) signature class sizes (distinct
+    trained-on tasks per class) of parents and of variants; (4) the share of groups with non-zero return variance
+    (the groups that carry a GRPO gradient): seeds vs variants, overall, in the second half, at a variant's first
+    appearance, and for variants that keep / change their parent's signature class."""
+    counts: dict[str, Counter[str]] = {k: Counter() for k in ("seed_depth", "seed_turn", "parent_depth", "parent_turn",
+                                                              "variant_depth", "variant_turn")}
     agg: dict[str, list] = {k: [] for k in ("keep_sig", "keep_depth", "keep_turn", "parent_class", "variant_class",
                                           "parent_boundary", "depth_shift")}
-    parent_depth: Counter[str] = Counter()
-    parent_turn: Counter[str] = Counter()
-    variant_depth: Counter[str] = Counter()
-    variant_turn: Counter[str] = Counter()
-    carry = {"seed": [], "variant": [], "seed_late": [], "variant_late": []}
-    u = {"seed": [], "variant": []}
+    carry: dict[str, list] = {k: [] for k in ("seed", "variant", "seed_late", "variant_late", "variant_first",
+                                              "variant_same_sig", "variant_other_sig")}
+    u: dict[str, list] = {"seed": [], "variant": []}
+    n_parents = 0
     for r in by_seed.values():
         cat = r["catalog"]
         classes = Counter(d["sig"] for d in cat.values())
         boundary = {g["task"] for g in r["groups"] if g["region"] == "boundary"}
-        children = [d for d in cat.values() if d.get("parent")]
-        for d in children:
-            p = cat.get(d["parent"])
-            if p is None:  # the parent was never trained on in this run (e.g. an evicted variant)
+        same_sig = {}
+        for tid, d in cat.items():
+            p = cat.get(d["parent"]) if d.get("parent") else None
+            if d.get("parent") is None:
+                counts["seed_depth"][str(d["depth"])] += 1
+                counts["seed_turn"][d["turn"]] += 1
+            if p is None:  # a seed, or a variant whose parent was never trained on in this run
                 continue
-            agg["keep_sig"].append(d["sig"] == p["sig"])
+            same_sig[tid] = d["sig"] == p["sig"]
+            agg["keep_sig"].append(same_sig[tid])
             agg["keep_depth"].append(d["depth"] == p["depth"])
             agg["keep_turn"].append(d["turn"] == p["turn"])
             agg["depth_shift"].append(d["depth"] - p["depth"])
             agg["variant_class"].append(classes[d["sig"]])
-            variant_depth[str(d["depth"])] += 1
-            variant_turn[d["turn"]] += 1
-        for pid in {d["parent"] for d in children if d["parent"] in cat}:
+            counts["variant_depth"][str(d["depth"])] += 1
+            counts["variant_turn"][d["turn"]] += 1
+        for pid in {d["parent"] for d in cat.values() if d.get("parent") in cat}:
             p = cat[pid]
-            parents[pid] += 1
+            n_parents += 1
             agg["parent_class"].append(classes[p["sig"]])
             agg["parent_boundary"].append(pid in boundary)
-            parent_depth[str(p["depth"])] += 1
-            parent_turn[p["turn"]] += 1
+            counts["parent_depth"][str(p["depth"])] += 1
+            counts["parent_turn"][p["turn"]] += 1
+        seen: set[str] = set()
         for g in r["groups"]:
             kind = "seed" if g["seed_task"] else "variant"
             carry[kind].append(not g["silent"])
             u[kind].append(g["u"])
             if 2 * int(g["step"]) >= int(r["steps"]):
                 carry[f"{kind}_late"].append(not g["silent"])
+            if kind == "variant" and g["task"] in same_sig:
+                carry["variant_same_sig" if same_sig[g["task"]] else "variant_other_sig"].append(not g["silent"])
+                if g["task"] not in seen:
+                    carry["variant_first"].append(not g["silent"])
+            seen.add(g["task"])
 
     def share(c: Counter[str]) -> dict[str, float]:
         n = max(1, sum(c.values()))
@@ -188,10 +198,9 @@ def structure(by_seed: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
     def mean(xs: list) -> float:
         return float(np.mean(xs)) if xs else float("nan")
 
-    return {"parents": len(parents), "variants": len(agg["keep_sig"]),
+    return {"parents": n_parents, "variants": len(agg["keep_sig"]),
             "parent_boundary_share": mean(agg["parent_boundary"]),
-            "parent_depth": share(parent_depth), "parent_turn": share(parent_turn),
-            "variant_depth": share(variant_depth), "variant_turn": share(variant_turn),
+            **{k: share(c) for k, c in counts.items()},
             "keep_signature": mean(agg["keep_sig"]), "keep_depth": mean(agg["keep_depth"]),
             "keep_turn": mean(agg["keep_turn"]), "depth_shift": mean(agg["depth_shift"]),
             "parent_class_size": mean(agg["parent_class"]), "variant_class_size": mean(agg["variant_class"]),
@@ -206,7 +215,8 @@ def report(summary: Mapping[str, Any], setup: Mapping[str, Any]) -> str:
     lines = [f"### Headline, {LEARNER_NAMES.get(learner, learner)} ({setup['scale']} scale)", "",
              f"Command: `{setup['command']}`  ", f"Date: {setup['date']}; machine: {setup['machine']}; "
              f"wall time {setup['wall_seconds'] / 60:.1f} min; code {setup.get('code', '?')}", "",
-             f"{LEARNER_NAMES.get(learner, learner)} from scratch on `{setup['env_id']}` {setup['env_kwargs'] or ''}; "
+             f"{LEARNER_NAMES.get(learner, learner)} from scratch on `{setup['env_id']}`"
+             + (f" {setup['env_kwargs']}" if setup["env_kwargs"] else "") + "; "
              f"{setup['budget']:,} env steps per run; seeds {', '.join(map(str, setup['seeds']))} per arm; "
              f"G={setup['group_size']}, {setup['tasks_per_batch']} tasks per batch; greedy success on "
              f"{summary['tasks']['test']} test and {summary['tasks']['ood']} OOD tasks, mean [95% CI over seeds x "
@@ -302,23 +312,27 @@ def _structure(arms: Mapping[str, Any]) -> list[str]:
     def dist(d: Mapping[str, float]) -> str:
         return ", ".join(f"{k} {v:.2f}" for k, v in d.items())
 
-    rows = [[a, f"{s['parents']:,}", f"{s['parent_boundary_share']:.2f}", dist(s["parent_depth"]),
-             dist(s["parent_turn"]), f"{s['variants']:,}", f"{s['keep_signature']:.2f} / {s['keep_depth']:.2f} / "
-             f"{s['keep_turn']:.2f}", f"{s['depth_shift']:+.2f}", dist(s["variant_depth"]), dist(s["variant_turn"]),
+    rows = [[a, f"{s['parents']:,}", f"{s['parent_boundary_share']:.2f}", dist(s["seed_depth"]),
+             dist(s["parent_depth"]), dist(s["variant_depth"]), dist(s["seed_turn"]), dist(s["parent_turn"]),
+             dist(s["variant_turn"]), f"{s['variants']:,}", f"{s['keep_signature']:.2f} / {s['keep_depth']:.2f} / "
+             f"{s['keep_turn']:.2f}", f"{s['depth_shift']:+.2f}",
              f"{s['parent_class_size']:.1f} / {s['variant_class_size']:.1f}"] for a, s in st.items()]
-    carry = [[a, f"{s['carry']['seed']:.3f} ({s['groups']['seed']:,})",
-              f"{s['carry']['variant']:.3f} ({s['groups']['variant']:,})",
-              f"{s['carry']['seed_late']:.3f} / {s['carry']['variant_late']:.3f}",
+    c = lambda s, k: f"{s['carry'][k]:.3f} ({s['groups'][k]:,})"  # noqa: E731
+    carry = [[a, c(s, "seed"), c(s, "variant"), f"{s['carry']['seed_late']:.3f} / {s['carry']['variant_late']:.3f}",
+              c(s, "variant_first"), c(s, "variant_same_sig"), c(s, "variant_other_sig"),
               f"{s['u_mean']['seed']:.3f} / {s['u_mean']['variant']:.3f}"] for a, s in st.items()]
-    return (["", "The structure question: the parents variants were made from (pooled over seeds; 'on the boundary': "
-             "the parent was in the boundary region at one of its appearances) and the variants trained on:", ""]
-            + table(["arm", "parents", "on the boundary", "parent depth", "parent turn type", "variants",
-                     "variant keeps signature / depth / turn type", "depth shift", "variant depth", "variant turn type",
+    return (["", "The structure question: the seeds trained on, the parents variants were made from and the variants "
+             "(pooled over seeds; 'on the boundary': the parent was in the boundary region at one of its appearances; "
+             "depth and turn type from each task's own signature):", ""]
+            + table(["arm", "parents", "on the boundary", "seed depth", "parent depth", "variant depth",
+                     "seed turn type", "parent turn type", "variant turn type", "variants",
+                     "variant keeps signature / depth / turn type", "depth shift",
                      "signature class size, parents / variants"], rows)
-            + ["", "Groups that carry gradient (return variance > 0): seeds vs variants, all training (groups) and the "
-               "second half; mean u = 4 var:", ""]
-            + table(["arm", "seed groups", "variant groups", "2nd half seeds / variants", "mean u seeds / variants"],
-                    carry))
+            + ["", "Groups that carry gradient (return variance > 0), share (groups): seeds vs variants, the second "
+               "half, a variant's first appearance, variants that keep / change their parent's signature class; mean "
+               "u = 4 var:", ""]
+            + table(["arm", "seed groups", "variant groups", "2nd half seeds / variants", "variant, first appearance",
+                     "variant, same signature", "variant, other signature", "mean u seeds / variants"], carry))
 
 
 def dev_report(runs: Runs, setup: Mapping[str, Any]) -> str:
