@@ -15,6 +15,11 @@ without synthesis: a synthesized task could need a tool outside the class). Its 
 trained on the oracle's conversations of the seeds, and it is warm-started by imitating them (``--warm-steps``), so
 that its sampled episodes differ. A real chat model brings its own template: give it every tool (``--tools all``)
 and the full RODS curriculum (``--source rods``).
+
+Measured on a shared 2-core CPU (2026-12-07, commit 40a22c9): the defaults took 76 s, 51 s of it the warm start
+(loss 6.68 -> 0.02) and 9 s the 10 GRPO steps; every step had groups with a reward spread (TRL's mean reward
+0.25-0.75 over the step's two tasks, which the curriculum changes: not a learning curve), TRL's tool loop made
+0.5-0.875 tool calls per rollout, and the curriculum observed all 10 batches.
 """
 
 from __future__ import annotations
