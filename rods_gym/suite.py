@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections import OrderedDict
 from functools import lru_cache
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import networkx as nx
 
@@ -51,6 +52,7 @@ class Suite:
         self.executor = Executor(self.entities, self.id_entity, self.pools)
         self._worlds: OrderedDict[int, World] = OrderedDict()
         self._world_cache = world_cache
+        self._world_lock = threading.RLock()  # worlds are generated one at a time (see ValuePools)
         self.type_names: tuple[str, ...] = tuple(sorted(self.types))
         self.type_index = {n: i for i, n in enumerate(self.type_names)}
 
@@ -85,15 +87,25 @@ class Suite:
         return cls(domains, base)
 
     def world(self, seed: int) -> World:
-        w = self._worlds.get(seed)
-        if w is None:
-            w = World.generate(self.domains, seed, self.pools)
-            self._worlds[seed] = w
-            if len(self._worlds) > self._world_cache:
-                self._worlds.popitem(last=False)
-        else:
-            self._worlds.move_to_end(seed)
-        return w
+        """The base world of ``seed`` (cached). Safe to call from several threads: generation is serialized, so a
+        threaded host gets the worlds a single thread gets."""
+        with self._world_lock:
+            w = self._worlds.get(seed)
+            if w is None:
+                w = World.generate(self.domains, seed, self.pools)
+                self._worlds[seed] = w
+                if len(self._worlds) > self._world_cache:
+                    self._worlds.popitem(last=False)
+            else:
+                self._worlds.move_to_end(seed)
+            return w
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_world_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._world_lock = threading.RLock()
 
     def domain_of(self, tool: str) -> str:
         return self.tools[tool].domain

@@ -12,6 +12,7 @@ never mutated. Rejected calls never reach :meth:`WorldState.put`.
 
 from __future__ import annotations
 
+import threading
 import datetime as _dt
 import random
 import string
@@ -35,12 +36,24 @@ def _plain(value: Any) -> Any:
 
 
 class ValuePools:
-    """Faker-generated pools of values, one per (provider, args), filled lazily."""
+    """Faker-generated pools of values, one per (provider, args), filled lazily.
+
+    A pool's values depend on how many pools were made before it (its Faker seed), so pools are made under a lock
+    (one thread at a time) and a suite generates its worlds one at a time (:meth:`rods_gym.suite.Suite.world`):
+    threads then see the pools a single thread makes."""
 
     def __init__(self, seed: int = 0, size: int = POOL_SIZE) -> None:
         self._faker = Faker("en_US")
         self._seed, self._size = seed, size
         self._pools: dict[str, tuple[Any, ...]] = {}
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     @staticmethod
     def key(provider: str, args: Mapping[str, Any] | None = None) -> str:
@@ -51,6 +64,13 @@ class ValuePools:
         if key is None:
             key = self.key(provider, args)
         pool = self._pools.get(key)
+        if pool is None:
+            with self._lock:
+                return self._make(provider, args, key)
+        return pool
+
+    def _make(self, provider: str, args: Mapping[str, Any] | None, key: str) -> tuple[Any, ...]:
+        pool = self._pools.get(key)  # another thread may have made it while this one waited
         if pool is None:
             fn = getattr(self._faker, provider, None)
             if fn is None:
