@@ -103,6 +103,8 @@ def test_mistakes_name_the_arm_and_the_field(seeds: list[TaskSpec]) -> None:
         make_source("augment", seeds, options={"augment": {"distractors": 2.0}})
     with pytest.raises(ValueError, match="path is required"):
         make_source("offline", seeds)
+    with pytest.raises(ValueError, match="options of arm 'dapo': max_refill_rounds must be int, got '3'"):
+        make_source("dapo", seeds, options={"max_refill_rounds": "3"})
     with pytest.raises(ValueError, match="takes no options"):
         make_source("fixed", seeds, options={"x": 1})
     with pytest.raises(ValueError, match="neither a split .* nor an existing JSONL"):

@@ -46,20 +46,8 @@ def module_files() -> dict[str, Path]:
 
 def imported_modules(name: str, path: Path, known: set[str]) -> set[str]:
     """The package's own modules that ``name`` imports (absolute and relative forms, ``from x import module``)."""
-    is_package = path.name == "__init__.py"
-    here = name if is_package else name.rpartition(".")[0]
-    targets: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            targets.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = here.split(".")[: len(here.split(".")) - (node.level - 1)]
-                module = ".".join(base + ([node.module] if node.module else []))
-            else:
-                module = node.module or ""
-            targets.add(module)
-            targets.update(f"{module}.{alias.name}" for alias in node.names)
+    here = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    targets = raw_imports(path, here, with_names=True)
     resolved = set()
     for target in targets:
         while target and target not in known:  # a name imported from a module -> that module
@@ -104,8 +92,9 @@ HEAVY = ("torch", "transformers", "stable_baselines3", "sb3_contrib", "accelerat
          "datasets")  # the trainer's and the integrations' libraries: never the core's
 
 
-def raw_imports(path: Path, here: str) -> set[str]:
-    """Every module name ``path`` imports (absolute, and relative ones resolved against package ``here``)."""
+def raw_imports(path: Path, here: str, with_names: bool = False) -> set[str]:
+    """Every module name ``path`` imports (absolute, and relative ones resolved against package ``here``);
+    ``with_names``: also ``module.name`` for each name of a ``from module import name`` (it may be a module)."""
     out: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
@@ -113,9 +102,12 @@ def raw_imports(path: Path, here: str) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = here.split(".")[: len(here.split(".")) - (node.level - 1)]
-                out.add(".".join(base + ([node.module] if node.module else [])))
+                module = ".".join(base + ([node.module] if node.module else []))
             else:
-                out.add(node.module or "")
+                module = node.module or ""
+            out.add(module)
+            if with_names:
+                out.update(f"{module}.{alias.name}" for alias in node.names)
     return out
 
 

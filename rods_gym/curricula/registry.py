@@ -96,13 +96,27 @@ def _tuple_lists(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class NoOptions:
-    """An arm without options."""
+class FlatOptions:
+    """Options that are plain fields: unknown names and values of another type than the field's default are
+    refused with the field named (an int is accepted for a float field)."""
 
     @classmethod
-    def from_mapping(cls, options: Mapping[str, Any], ctx: ArmContext, where: str) -> "NoOptions":
-        _refuse_unknown(where, options, [])
-        return cls()
+    def from_mapping(cls, options: Mapping[str, Any], ctx: ArmContext, where: str) -> Any:
+        _refuse_unknown(where, options, _fields_of(cls))
+        for f in dataclasses.fields(cls):
+            if f.name in options:
+                want = type(f.default)
+                value = options[f.name]
+                ok = isinstance(value, want) and not (isinstance(value, bool) and want is not bool) or (
+                    want is float and isinstance(value, int) and not isinstance(value, bool))
+                if not ok:
+                    raise ValueError(f"{where}: {f.name} must be {want.__name__}, got {value!r}")
+        return cls(**options)
+
+
+@dataclass(frozen=True)
+class NoOptions(FlatOptions):
+    """An arm without options."""
 
 
 def _rods_config(options: Mapping[str, Any], ctx: ArmContext, where: str) -> RODSConfig:
@@ -241,38 +255,23 @@ class OfflineOptions:
 
 
 @dataclass(frozen=True)
-class ProceduralOptions:
+class ProceduralOptions(FlatOptions):
     """``view``: the env view each fresh task is oracle-solved in before it is handed out."""
 
     view: str = "structured"
 
-    @classmethod
-    def from_mapping(cls, options: Mapping[str, Any], ctx: ArmContext, where: str) -> "ProceduralOptions":
-        _refuse_unknown(where, options, ["view"])
-        return cls(**options)
-
 
 @dataclass(frozen=True)
-class DAPOOptions:
+class DAPOOptions(FlatOptions):
     max_refill_rounds: int = 3
     min_informative_rate: float = 0.25
 
-    @classmethod
-    def from_mapping(cls, options: Mapping[str, Any], ctx: ArmContext, where: str) -> "DAPOOptions":
-        _refuse_unknown(where, options, _fields_of(cls))
-        return cls(**options)
-
 
 @dataclass(frozen=True)
-class BFCLRodsOptions:
+class BFCLRodsOptions(FlatOptions):
     pool_share: float = 0.5
     per_parent: int = 2
     pool_size: int = 512
-
-    @classmethod
-    def from_mapping(cls, options: Mapping[str, Any], ctx: ArmContext, where: str) -> "BFCLRodsOptions":
-        _refuse_unknown(where, options, _fields_of(cls))
-        return cls(**options)
 
 
 # -- the arms ------------------------------------------------------------------------------------
