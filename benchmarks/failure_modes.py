@@ -4,7 +4,8 @@
     python benchmarks/failure_modes.py runs/default/sft_policy runs/default/checkpoints/step-000060/policy --samples 8
 
 For each policy (a ``save_pretrained`` directory), every task of the split is played once greedily
-in the training config's evaluation environment and limits (``--config``, default the main job's):
+in the training config's evaluation environment and limits (``--config``, default the main job's; the chat
+view's actions are read in the compact view's words, ``compact_form``):
 
 - **outcomes**: success; failure without any rejected action (a wrong or early reply, or out of
   turns); failure after a rejected action, the episode ended by the policy or truncated. Across them,
@@ -37,6 +38,8 @@ import rods_gym.trainer  # noqa: F401  (sets OMP_WAIT_POLICY before torch loads)
 import numpy as np
 import torch
 
+from rods_gym.episode import Ask, Reply, ToolCall
+from rods_gym.renderers.chat import parse_chat_action
 from rods_gym.trainer.rollout import RolloutEngine, Trajectory, branch_after_first_rejection, branch_before_first_miss
 
 if __name__ == "__main__" and not __package__:  # run as a file: import the package, not its modules by name
@@ -84,9 +87,25 @@ def next_kind(action: str, following: str | None) -> str:
     return {"reply": NEXT[3], "ask": NEXT[4]}.get(words[0] if words else "", NEXT[5])
 
 
+def compact_form(text: str) -> str:
+    """A chat action in the compact view's words, so one classification reads both views: a tool call as
+    ``call NAME {arguments as JSON}``, a question as ``ask ...``, a reply as ``reply ...``; anything malformed as
+    it is."""
+    action = parse_chat_action(text)
+    if isinstance(action, ToolCall):
+        return f"call {action.name} {json.dumps(action.arguments, sort_keys=True)}"
+    if isinstance(action, Ask):
+        return f"ask {action.text}"
+    if isinstance(action, Reply):
+        return f"reply {action.text}"
+    return text
+
+
 def action_texts(engine: RolloutEngine, tr: Trajectory) -> list[str]:
+    """The episode's actions as the env read them (chat actions in their compact form, ``compact_form``)."""
     ids = tr.transcript.ids
-    return [engine.codec.action_text(ids[a:b]) for a, b in tr.action_spans]
+    texts = [engine.codec.action_text(ids[a:b]) for a, b in tr.action_spans]
+    return [compact_form(t) for t in texts] if engine.mode == "chat" else texts
 
 
 def analyse(policy_dir: str | Path, tasks: Sequence[Any], *, config: str = "default", samples: int = 8,
@@ -94,9 +113,6 @@ def analyse(policy_dir: str | Path, tasks: Sequence[Any], *, config: str = "defa
             branch: str = "first-rejection") -> dict[str, Any]:
     """Outcome shares, next-action counts after rejections and recovery figures of one policy."""
     engine = eval_engine(policy_dir, config, temperature, overrides)
-    if engine.mode != "compact":
-        raise ValueError(f"{engine.env_id} uses the {engine.mode} view; this analysis reads compact actions "
-                         "(call TOOL ... / ask / reply)")
     greedy, _ = engine.run(tasks, 1, greedy=True, seed=0)
     outcomes = Counter(outcome(tr) for tr in greedy)
     after: Counter[str] = Counter()

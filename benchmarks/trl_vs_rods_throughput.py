@@ -3,9 +3,15 @@ our trainer (``rods train``'s GRPO loop), same tiny model, same tasks, same step
 
     python benchmarks/trl_vs_rods_throughput.py                 # the figure in benchmarks/RESULTS.md
     python benchmarks/trl_vs_rods_throughput.py --steps 2 --rounds 1 --sft-steps 20   # a smoke run, about a minute
+    python benchmarks/trl_vs_rods_throughput.py --model smollm2-135m --config smollm2_cpu --sft-steps 0 \
+        --policy-dir runs/smollm/dev_sft_compact/sft_policy --rounds 1 --steps 2 --tasks-per-step 4 --group-size 4 \
+        --max-action-tokens 40 --micro-batch 8      # SmolLM2-135M-Instruct (its warm-started copy), the RESULTS.md row
 
 Workload: the default config's job (the embedded 4-layer tiny Llama on the compact view, nothing downloaded),
 warm-started by ``--sft-steps`` of SFT on the oracle's demonstrations and saved; each run loads those weights.
+``--model`` picks another policy (``smollm2-135m``: SmolLM2-135M-Instruct, ``rods_gym.trainer.models``; with
+``--config smollm2_cpu`` for its SFT settings), ``--policy-dir`` a saved policy to start from instead (e.g. a warm
+start made by ``rods sft``; then no SFT runs here).
 Both trainers draw their tasks from the fixed seeds with the same seed (``data.source=fixed``: the same task
 sequence, checked), run ``tasks-per-step`` tasks x G multi-turn episodes per step (at most ``max_turns`` actions of
 at most ``max_action_tokens`` tokens, and the env's own step limit; the default job's ``turn_slack`` is off for ours,
@@ -50,6 +56,7 @@ def job_config(args: argparse.Namespace) -> TrainConfig:
     return load_config(args.config, [
         f"steps={args.warmup + args.steps}", "time_limit_min=0", "checkpoint_every=0", "tensorboard=false",
         "progress_bar=false", "threads=1", "policy.dtype=float32", "data.source=fixed",
+        *([f"policy.model={args.model}"] if args.model else []),
         f"rollout.tasks_per_step={args.tasks_per_step}", f"rollout.group_size={args.group_size}",
         f"rollout.max_turns={args.max_turns}", f"rollout.max_action_tokens={args.max_action_tokens}",
         "rollout.turn_slack=null",  # the TRL adapter bounds episodes by max_turns and the env's step limit only
@@ -171,7 +178,8 @@ def pct(part: float, whole: float) -> str:
 
 
 def markdown(argv: Sequence[str], args: argparse.Namespace, o: dict[str, float], t: dict[str, float],
-             per_round: list[tuple[str, float]], same_tasks: bool, n_params: int, warm_s: float, load_start: str) -> str:
+             per_round: list[tuple[str, float]], same_tasks: bool, n_params: int, warm_s: float, load_start: str,
+             policy_name: str) -> str:
     n_seq = args.tasks_per_step * args.group_size
     rows = [("**total tokens/s** ((generated + trained) / step time)", "total_tok_s", ".0f"),
             ("total tokens/s, wall clock", "total_tok_s_wall", ".0f"),
@@ -188,8 +196,10 @@ def markdown(argv: Sequence[str], args: argparse.Namespace, o: dict[str, float],
              f"- machine: {os.cpu_count()}-core CPU ({platform.processor() or platform.machine()}), Python "
              f"{platform.python_version()}, torch {torch.__version__}, trl {trl_version()}, one torch thread; shared "
              f"(load average at start {load_start}, at end {load_average()})",
-             f"- policy: tiny-compact, {n_params / 1e6:.2f}M parameters, fp32, warm-started by {args.sft_steps} SFT "
-             f"steps ({warm_s:.0f} s); {args.tasks_per_step} tasks x G={args.group_size} = {n_seq} episodes per step, "
+             f"- policy: {policy_name}, {n_params / 1e6:.2f}M parameters, fp32, "
+             + (f"loaded from {args.policy_dir}" if args.policy_dir else
+                f"warm-started by {args.sft_steps} SFT steps ({warm_s:.0f} s)") + "; "
+             f"{args.tasks_per_step} tasks x G={args.group_size} = {n_seq} episodes per step, "
              f"at most {args.max_turns} actions of {args.max_action_tokens} tokens; {args.rounds} round(s), "
              f"{args.steps} measured steps per run after {args.warmup} warm-up; same task sequence: "
              f"{'yes' if same_tasks else 'NO'}", "",
@@ -209,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default="default")
+    ap.add_argument("--model", default=None, help="policy.model (default: the config's; tiny, smollm2-135m, a hub name "
+                    "or a local path), warm-started by --sft-steps")
+    ap.add_argument("--policy-dir", default=None, help="a saved policy both trainers start from (no SFT here)")
     ap.add_argument("--steps", type=int, default=4, help="measured steps per run")
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=2, help="runs of each trainer, alternated")
@@ -240,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         t0 = time.perf_counter()
-        policy = warm_policy(cfg, seeds, args.sft_steps)
+        policy = load_policy(args.policy_dir) if args.policy_dir else warm_policy(cfg, seeds, args.sft_steps)
         warm_s = time.perf_counter() - t0
         n_params = sum(p.numel() for p in policy.model.parameters())
         policy_dir = save_policy(policy, tmp_path / "policy")
@@ -259,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     fixed = FixedSeeds(seeds, seed=cfg.seed)
     same_tasks = trl_batches == [[t.id for t in fixed.next_batch(s, args.tasks_per_step)] for s in range(cfg.steps)]
     text = markdown(argv, args, summarize(runs["ours"]), summarize(runs["trl"]), per_round, same_tasks, n_params,
-                    warm_s, load_start)
+                    warm_s, load_start, cfg.policy.model if not args.policy_dir else f"{cfg.policy.model} (warm start)")
     print(text, flush=True)
     if args.out:
         Path(args.out).write_text(text)

@@ -11,6 +11,7 @@ import gymnasium as gym
 import pytest
 import torch
 
+from conftest import benchmarks_on_path
 from rods_gym.oracle import oracle_action
 from rods_gym.renderers.chat import SYSTEM_PROMPT, parse_chat_action
 from rods_gym.episode import ToolCall
@@ -168,6 +169,21 @@ def test_a_tool_call_in_the_envs_format_is_parsed_from_the_models_tokens(smollm:
     env.close()
 
 
+def test_failure_modes_reads_chat_actions_in_the_compact_words() -> None:
+    """benchmarks/failure_modes.py classifies the chat view's actions too (the GPU recipe's view)."""
+    with benchmarks_on_path():
+        from failure_modes import compact_form, next_kind
+
+    call = '<tool_call>{"name": "get_user", "arguments": {"user_id": "USR-0001"}}</tool_call>'
+    assert compact_form(call) == 'call get_user {"user_id": "USR-0001"}'
+    assert compact_form("What is your email?") == "ask What is your email?"
+    assert compact_form("All done.") == "reply All done."
+    assert compact_form("<tool_call>{") == "<tool_call>{"  # malformed: as it is
+    other = '<tool_call>{"name": "get_user", "arguments": {"user_id": "USR-0002"}}</tool_call>'
+    assert next_kind(compact_form(call), compact_form(other)) == "same tool, other arguments"
+    assert next_kind(compact_form(call), compact_form("All done.")) == "reply"
+
+
 def one_grpo_step(policy: Policy, task) -> dict[str, torch.Tensor]:
     """Two sampled rollouts of ``task`` (the trainer's engine, one KV cache), advantages +1 / -1 as a group whose
     returns differ gives them, the GRPO loss and one AdamW step on the trainable parameters. Returns the
@@ -204,3 +220,27 @@ def test_one_grpo_step_through_lora_moves_the_adapters_only(smollm: Policy, dev_
     changed = one_grpo_step(policy, dev_task)
     assert changed and all(".lora_" in n for n in changed)
     assert any(".lora_B." in n for n in changed)  # lora_B starts at 0: the adapted model now differs from the base
+
+
+@pytest.mark.slow
+def test_the_gpu_headline_recipe_runs_end_to_end_at_smoke_size(smollm: Policy, tmp_path: Path) -> None:
+    """benchmarks/configs/smollm_gpu.yaml (the LLM headline on one GPU, not run here) through its smoke twin on CPU:
+    the same trainer config and arms (every arm's config is built and checked), one seed, the RODS arm run (one GRPO
+    step after a one-step warm start, two evaluation tasks)."""
+    with benchmarks_on_path():
+        import data_efficiency
+
+        gpu, smoke = data_efficiency.load_scale("smollm_gpu"), data_efficiency.load_scale("smollm_smoke")
+        assert smoke.train_config == gpu.train_config == "smollm2_gpu" and smoke.arms == gpu.arms
+        assert set(gpu.arms) == {"fixed", "rods", "augment", "offline"} and len(gpu.seeds) >= 5
+        base = data_efficiency.base_train(gpu)
+        assert base["policy"] == {**base["policy"], "model": SPEC.name, "dtype": "bfloat16"}
+        for arm in gpu.arms:  # each arm's config as the GPU run builds it (the offline arm with its task file)
+            train = data_efficiency.arm_train(base, arm, gpu, tmp_path / "synth.jsonl")
+            assert train["data"]["source"] == arm and train["data"]["env_id"] == CHAT
+        argv = ["--scale", "smollm_smoke", "--arms", "rods", "--results", "none", "--out", str(tmp_path / "run")]
+        assert data_efficiency.main(argv) == 0
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["meta"]["train"]["policy"]["model"] == SPEC.name and results["meta"]["partial"] is None
+    run = json.loads((tmp_path / "run" / "seed0" / "rods" / "run.json").read_text())
+    assert run["steps"] == 1 and len(run["points"][-1]["eval"]["test"]["success"]) == 2
