@@ -113,7 +113,7 @@ def demonstration_tasks(cfg: TrainConfig, seeds: Sequence[TaskSpec], mode: str) 
     """The tasks the warm start imitates: the first seeds, or fresh tasks drawn like them (``sft.data``)."""
     if cfg.sft.data == "seeds":
         return list(seeds[: cfg.sft.demos])
-    from rods_gym.envs.build_tasksets import demonstration_tasks as fresh
+    from rods_gym.tasksets import demonstration_tasks as fresh
 
     return fresh(cfg.sft.demos, seed=cfg.sft.data_seed, view=mode)
 
