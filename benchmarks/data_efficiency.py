@@ -379,7 +379,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="rollout budget per arm and seed; evaluation points are rescaled to it")
     p.add_argument("--out", type=Path, default=None, help="output directory (default runs/data_efficiency/SCALE)")
     p.add_argument("--results", default=str(DEFAULT_RESULTS),
-                   help="Markdown file whose SCALE section is written ('none' to skip; default benchmarks/RESULTS.md)")
+                   help="Markdown file whose SCALE section is written ('none' to skip; default benchmarks/RESULTS.md, "
+                        "except at the smoke scale, whose numbers mean nothing: none)")
     p.add_argument("--jobs", type=int, default=None, help="arm runs in parallel processes (default: the scale's)")
     p.add_argument("--threads", type=int, default=None, help="torch threads per process (default: the scale's)")
     p.add_argument("--report-only", action="store_true", help="only aggregate the runs already in --out")
@@ -415,7 +416,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     scale = apply_args(load_scale(args.scale), args)
     out = args.out or Path("runs") / "data_efficiency" / scale.scale
-    results = None if args.results.lower() == "none" else Path(args.results)
+    smoke_default = args.scale == "smoke" and args.results == str(DEFAULT_RESULTS)
+    results = None if args.results.lower() == "none" or smoke_default else Path(args.results)
     command = "python benchmarks/data_efficiency.py " + shlex.join(argv)
 
     def log(msg: str) -> None:

@@ -1,6 +1,6 @@
 """Does GRPO move SmolLM2-135M-Instruct on a rods env, and does the RODS curriculum change how much? (issue 49)
 
-    python benchmarks/smollm_grpo.py                                   # the RESULTS.md figures (CPU, about an hour)
+    python benchmarks/smollm_grpo.py                                   # rods vs fixed, 3 seeds (CPU: about 130 s per GRPO step; a GPU job)
     python benchmarks/smollm_grpo.py --report-only                     # the tables from the runs in --out
     python benchmarks/smollm_grpo.py --steps 1 --seeds 0 --eval-tasks 4 --out /tmp/smollm_smoke   # plumbing only
 
