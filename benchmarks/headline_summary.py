@@ -21,6 +21,20 @@ SPLITS = ("test", "ood")
 BOOT = {"samples": 2000, "seed": 0}
 LEARNER_NAMES = {"ppo": "MaskablePPO (a critic)", "grpo": "GRPO (critic-free, group-normalised advantages)"}
 Runs = Mapping[str, Mapping[int, Mapping[str, Any]]]  # arm -> seed -> record
+# the paired differences the report shows (where both arms ran): RODS against every other arm, then what each
+# ingredient adds (augmentation with and without the redraw, fresh tasks, the resampler without structure, RODS on
+# top of augmentation)
+DIFFERENCES = tuple((a, b) for a, bs in (
+    ("rods", ("fixed", "augment", "augment_redraw", "offline", "procedural", "naive", "replay_only", "rods_random",
+              "rods_augment")),
+    ("naive", ("fixed", "augment", "augment_redraw")),
+    ("rods_augment", ("augment", "augment_redraw")),
+    ("augment", ("fixed",)),
+    ("augment_redraw", ("fixed", "augment")),
+    ("offline", ("fixed",)),
+    ("procedural", ("fixed",)),
+    ("replay_only", ("fixed",)),
+) for b in bs)
 
 
 def _ci(matrix: Any, label: str) -> dict[str, float]:
@@ -94,9 +108,7 @@ def summarize(runs: Runs, meta: Mapping[str, Mapping[str, list]], baseline: Mapp
         summary["random"] = {s: _ci([e["success"] for e in baseline["eval"][s]], f"random/{s}") for s in SPLITS}
     summary["targets"] = [t.as_dict() for t in targets(runs, arms)]
     summary["differences"] = {f"{a} - {b}": curve_differences(runs, a, b)
-                              for a in ("rods", "naive", "rods_augment", "augment")
-                              for b in ("fixed", "augment", "augment_redraw", "offline", "procedural")
-                              if a != b and a in runs and b in runs}
+                              for a, b in DIFFERENCES if a in runs and b in runs}
     return summary
 
 
