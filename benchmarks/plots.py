@@ -159,3 +159,64 @@ def silent_by_quarter(summary: Mapping[str, Any], path: Path) -> Path:
     ax.set_xlabel("quarter of training")
     ax.set_ylabel("silent (zero-variance) group fraction")
     return _legend_grid_save(fig, ax, path)
+
+
+LEARNER_TITLES = {"grpo": "GRPO (critic-free)", "ppo": "MaskablePPO (a critic)"}
+
+
+def headline_panels(summaries: Mapping[str, Mapping[str, Any]], arms: list[str], path: Path,
+                    split: str = "test") -> Path:
+    """One panel per learner: greedy success along the env-step budget for the named arms, 95% bands.
+
+    ``summaries`` maps a learner name to the ``summary.json`` that ``benchmarks/headline.py`` wrote for it; an arm
+    a learner did not run is left out of its panel."""
+    colors = _colors(arms)
+    fig, axes = plt.subplots(1, len(summaries), figsize=(6 * len(summaries), 4.2), squeeze=False, sharey=True)
+    for ax, (learner, summary) in zip(axes[0], summaries.items()):
+        for arm in arms:
+            entry = summary["arms"].get(arm)
+            if entry is None:
+                continue
+            xs = [p["env_steps"] for p in entry["curve"]]
+            ax.plot(xs, [p[split]["success"]["mean"] for p in entry["curve"]], marker="o", ms=3, color=colors[arm],
+                    label=f"{arm} ({len(entry['seeds'])} seeds)")
+            ax.fill_between(xs, [p[split]["success"]["lo"] for p in entry["curve"]],
+                            [p[split]["success"]["hi"] for p in entry["curve"]], color=colors[arm], alpha=0.12,
+                            linewidth=0)
+        group = summary.get("setup", {}).get("group_size")
+        title = LEARNER_TITLES.get(learner, learner) + (f", G = {group}" if group else "")
+        ax.set_title(f"{title}: {SPLIT_TITLES.get(split, split)}")
+        ax.set_xlabel("env steps")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("greedy success (95% CI)")
+    axes[0][0].legend(fontsize=8)
+    return _save(fig, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m benchmarks.plots --out FIG.png --arms a,b learner=DIR ...``: the headline figure from the
+    summaries that ``benchmarks/headline.py`` wrote (DIR holds ``summary.json``)."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.plots", description=main.__doc__)
+    parser.add_argument("runs", nargs="+", help="learner=DIR, DIR holding a headline summary.json")
+    parser.add_argument("--arms", default="fixed,rods,augment,augment_redraw,offline")
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    summaries = {}
+    for item in args.runs:
+        learner, sep, folder = item.partition("=")
+        if not sep:
+            parser.error(f"run {item!r}: expected learner=DIR, e.g. grpo=benchmarks/out/headline/grpo/cpu")
+        summary_path = Path(folder) / "summary.json"
+        if not summary_path.is_file():
+            parser.error(f"run {item!r}: no summary.json in {folder} (run benchmarks/headline.py first)")
+        summaries[learner] = json.loads(summary_path.read_text())
+    print(headline_panels(summaries, [a for a in args.arms.split(",") if a], args.out, args.split))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

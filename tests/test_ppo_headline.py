@@ -194,6 +194,29 @@ def test_summary_reports_gradient_share_and_structure(ph, grpo_runs) -> None:
     assert "groups with return variance > 0" in text and "The structure question" in text
 
 
+
+def test_headline_figure_from_the_summaries(ph, grpo_runs, tmp_path) -> None:
+    """`python -m benchmarks.plots` draws one panel per learner from the summaries headline.py writes, skips an
+    arm a learner did not run, and names a bad argument."""
+    import json
+
+    from benchmarks import plots
+
+    runs = {arm: {0: r} for arm, r in grpo_runs.items()}
+    summary = ph.summary.summarize(runs, ph.summary.task_meta(ph.evaluator.split_tasks({"test": 4, "ood": 2})), None)
+    summary["setup"] = {"group_size": 4}
+    for learner in ("grpo", "ppo"):
+        (tmp_path / learner).mkdir()
+        (tmp_path / learner / "summary.json").write_text(json.dumps(summary, default=float))
+    out = tmp_path / "fig.png"
+    assert plots.main(["--out", str(out), "--arms", "fixed,rods,not_run",
+                       f"grpo={tmp_path / 'grpo'}", f"ppo={tmp_path / 'ppo'}"]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(SystemExit):
+        plots.main(["--out", str(out), str(tmp_path / "grpo")])  # no learner= prefix
+    with pytest.raises(SystemExit):
+        plots.main(["--out", str(out), f"grpo={tmp_path / 'missing'}"])
+
 def _runs_with(successes: dict[str, list[list[float]]], silent: dict[str, list[bool]]) -> dict[str, Any]:
     """Run records with the given final test success matrices ([seeds, tasks]) and second-half silent flags."""
     runs = {}
