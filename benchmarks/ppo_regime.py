@@ -155,6 +155,8 @@ def main() -> int:
                         help="after training, the multi-turn probe (benchmarks/_multiturn.py) on the held-out split's and "
                              "the train split's multi-turn tasks")
     parser.add_argument("--save", type=Path, help="save each arm's final model here (ARM_seedN.zip)")
+    parser.add_argument("--env-kwargs", default="{}",
+                        help='JSON dict of FeaturesEnv kwargs for training and evaluation, e.g. {"reward": {"turn_bonus": 0.25}}')
     args = parser.parse_args()
     arms = [a for a in args.arms.split(",") if a]
     unknown = sorted(set(arms) - {"procedural", "fixed"})
@@ -167,11 +169,15 @@ def main() -> int:
     ppo = with_overrides(scale["ppo"], args.ppo)
     points = tuple(int(p) for p in args.points.split(",")) if args.points else scale["points"]
     train, test = spread(fixed_set, n), spread(test_split, n)  # the splits are ordered by stratum
-    env_kwargs = {"candidate_order": args.order}
+    extra = json.loads(args.env_kwargs)
+    if not isinstance(extra, dict) or "candidate_order" in extra:
+        raise ValueError("--env-kwargs must be a JSON dict of FeaturesEnv kwargs (the order is --order)")
+    env_kwargs = {"candidate_order": args.order, **extra}
     evaluator = Evaluator(VIEW, **env_kwargs)
     rand = random_masked(VIEW, args.seed)
     rand_train, rand_test = evaluator(train, rand), evaluator(test, rand)
     out: dict[str, Any] = {"scale": args.scale, "seed": args.seed, "view": VIEW, "order": args.order, "eval_tasks": n,
+                           "env_kwargs": extra,
                            "held_out": args.held_out, "ppo": ppo.__dict__ | {"net_arch": list(ppo.net_arch)},
                            "random": {"train": float(np.mean(list(rand_train.values()))),
                                       "test": float(np.mean(list(rand_test.values())))}, "arms": {}}

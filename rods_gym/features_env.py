@@ -1,7 +1,9 @@
 """``FeaturesEnv``: :class:`~rods_gym.env.ToolChainEnv` in the ``features`` view (candidate actions
 described by task-independent features, :mod:`rods_gym.renderers.features`), with ``action_masks()``
 for sb3-contrib's MaskablePPO. Registered as ``rods/ToolChain-Features-v0`` (medium),
-``rods/ToolChain-{Easy,Medium,Hard}-Features-v0`` and ``rods/ToolChain-Aug-Features-v0``."""
+``rods/ToolChain-{Easy,Medium,Hard}-Features-v0`` and ``rods/ToolChain-Aug-Features-v0``, and as the same ids
+with ``-v1``: the view with turn cues (``turn_cues=True``: the reply's row says when it closes a user turn, ask and
+reply keep their positions), which multi-turn tasks need (docs/features.md)."""
 
 from __future__ import annotations
 
@@ -14,16 +16,18 @@ from .env import ToolChainEnv
 
 class FeaturesEnv(ToolChainEnv):
     """A :class:`ToolChainEnv` whose view is ``features``; every other constructor argument is the same
-    (``mode`` may be given, but only as ``"features"``). ``candidate_order``: ``shuffled`` (default) or ``ranked``
+    (``mode`` may be given, but only as ``"features"``). ``candidate_order``: ``shuffled`` (default) or ``ranked``;
+    ``turn_cues``: off in ``-v0`` (the default here, the view the published headline ran), on in ``-v1``
     (:class:`~rods_gym.renderers.features.FeaturesRenderer`)."""
 
-    def __init__(self, mode: str = "features", candidate_order: str = "shuffled", **kwargs: Any) -> None:
+    def __init__(self, mode: str = "features", candidate_order: str = "shuffled", turn_cues: bool = False,
+                 **kwargs: Any) -> None:
         if mode != "features":
             raise ValueError(f"FeaturesEnv is the features view; got mode={mode!r} (use ToolChainEnv for the others)")
         from .renderers.features import FeaturesRenderer
 
         super().__init__(mode="features", **kwargs)
-        self.renderer = FeaturesRenderer(self.suite, candidate_order=candidate_order)
+        self.renderer = FeaturesRenderer(self.suite, candidate_order=candidate_order, turn_cues=turn_cues)
 
     def share_caches(self, other: "FeaturesEnv") -> None:
         """Use ``other``'s compiled tasks (with their signatures) and its renderer's per-task tables: pure functions

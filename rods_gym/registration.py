@@ -15,7 +15,9 @@ The ``features`` view (:mod:`rods_gym.renderers.features`: a ``Box`` of task-ind
 candidate actions, a ``Discrete`` choice among them, ``action_masks()``; for PPO that transfers to unseen
 tasks) has its own env class, :class:`rods_gym.features_env.FeaturesEnv`, registered as
 ``rods/ToolChain-Features-v0`` (medium), ``rods/ToolChain-{Easy,Medium,Hard}-Features-v0`` and
-``rods/ToolChain-Aug-Features-v0``; the structured ids are unchanged.
+``rods/ToolChain-Aug-Features-v0``, and the same ids with ``-v1``: the view with turn cues (the reply's row says
+when it closes a user turn; ask and reply keep their positions), under which MaskablePPO learns multi-turn tasks.
+``-v0`` stays as the headline ran it; the structured ids are unchanged.
 """
 
 from __future__ import annotations
@@ -35,10 +37,12 @@ BFCL_ID = "rods/BFCL-MultiTurn-v0"  # and rods/BFCL-MultiTurn-Short-v0: tool_doc
 BFCL_ENTRY_POINT = "rods_gym.bfcl.env:BFCLMultiTurnEnv"
 DIFFICULTY_NAMES = {"Easy": "easy", "Medium": "medium", "Hard": "hard"}
 MODE_NAMES = {"Chat": "chat", "Compact": "compact", "Structured": "structured"}
+# the features view's versions: v0 as the published headline ran it, v1 with turn cues (multi-turn tasks learnable)
+FEATURES_VERSIONS = {"v0": False, "v1": True}
 
 
 def _register(env_id: str, entry_point: str = ENTRY_POINT, vector_entry_point: str | None = None,
-              **kwargs: str) -> None:
+              **kwargs: str | bool) -> None:
     if env_id not in gym.registry:
         gym.register(id=env_id, entry_point=entry_point, kwargs=kwargs, disable_env_checker=False,
                      vector_entry_point=vector_entry_point)
@@ -61,13 +65,16 @@ def register_envs() -> list[str]:
     for mname, mode in MODE_NAMES.items():
         ids.append(f"rods/ToolChain-Aug-{mname}-v0")
         _register(ids[-1], AUG_ENTRY_POINT, mode=mode, difficulty="medium")
-    ids.append("rods/ToolChain-Features-v0")
-    _register(ids[-1], FEATURES_ENTRY_POINT, FEATURES_VECTOR_ENTRY_POINT, difficulty="medium")
-    for dname, difficulty in DIFFICULTY_NAMES.items():
-        ids.append(f"rods/ToolChain-{dname}-Features-v0")
-        _register(ids[-1], FEATURES_ENTRY_POINT, FEATURES_VECTOR_ENTRY_POINT, difficulty=difficulty)
-    ids.append("rods/ToolChain-Aug-Features-v0")
-    _register(ids[-1], AUG_FEATURES_ENTRY_POINT, AUG_FEATURES_VECTOR_ENTRY_POINT, difficulty="medium")
+    for version, cues in FEATURES_VERSIONS.items():
+        ids.append(f"rods/ToolChain-Features-{version}")
+        _register(ids[-1], FEATURES_ENTRY_POINT, FEATURES_VECTOR_ENTRY_POINT, difficulty="medium", turn_cues=cues)
+        for dname, difficulty in DIFFICULTY_NAMES.items():
+            ids.append(f"rods/ToolChain-{dname}-Features-{version}")
+            _register(ids[-1], FEATURES_ENTRY_POINT, FEATURES_VECTOR_ENTRY_POINT, difficulty=difficulty,
+                      turn_cues=cues)
+        ids.append(f"rods/ToolChain-Aug-Features-{version}")
+        _register(ids[-1], AUG_FEATURES_ENTRY_POINT, AUG_FEATURES_VECTOR_ENTRY_POINT, difficulty="medium",
+                  turn_cues=cues)
     _register(BFCL_ID, BFCL_ENTRY_POINT)
     _register("rods/BFCL-MultiTurn-Short-v0", BFCL_ENTRY_POINT, tool_docs="short")
     return ids

@@ -1,5 +1,6 @@
 """The features view as it was before it was made incremental (rods_gym/renderers/features.py at 88d36dc,
-verbatim but for the imports): the oracle that tests/test_features_equivalence.py steps beside the
+verbatim but for the imports and the turn cues added since, ``turn_cues=True``: the reply row's columns 5, 17 and
+18, and the ask and reply at fixed positions in shuffled order, ``reply_row``, ``shuffled_positions``): the oracle that tests/test_features_equivalence.py steps beside the
 library's renderer, and the "before" row of benchmarks/env_throughput.py. Test code, never library code:
 nothing in rods_gym imports it. Install it in a FeaturesEnv with ``env.renderer = FeaturesRenderer(env.suite,
 candidate_order)``."""
@@ -14,6 +15,7 @@ import numpy as np
 from rods_gym.episode import ERROR_CLASSES, Action, Ask, Invalid, Reply, ToolCall
 from rods_gym.task import format_value, task_generator
 from rods_gym.renderers.base import Renderer, SlotTable, value_key
+from rods_gym.renderers.features import reply_row, shuffled_positions
 
 if TYPE_CHECKING:
     from rods_gym.episode import Episode, StepOutcome
@@ -78,11 +80,11 @@ class FeaturesRenderer(Renderer):
     position alone is nearly always the right call, which a policy learns as a rule within a few thousand
     steps, on any task set, so it measures no learning from tasks)."""
 
-    def __init__(self, suite: "Suite", candidate_order: str = "shuffled") -> None:
+    def __init__(self, suite: "Suite", candidate_order: str = "shuffled", turn_cues: bool = False) -> None:
         super().__init__(suite)
         if candidate_order not in CANDIDATE_ORDERS:
             raise ValueError(f"candidate_order must be one of {CANDIDATE_ORDERS}, got {candidate_order!r}")
-        self.candidate_order = candidate_order
+        self.candidate_order, self.turn_cues = candidate_order, turn_cues
         self._perm: np.ndarray | None = None
         self._perms: dict[tuple[str, int], np.ndarray] = {}  # (task id, world seed) -> its permutation
         self._keep_types = frozenset(t for t, vt in suite.types.items() if vt.linkable)
@@ -151,7 +153,7 @@ class FeaturesRenderer(Renderer):
             if perm is None:
                 if len(self._perms) >= PLAN_CACHE:
                     self._perms.clear()
-                perm = self._perms[(task.id, task.world_seed)] = task_generator(task).permutation(N_CANDIDATES)
+                perm = self._perms[(task.id, task.world_seed)] = np.array(shuffled_positions(task, self.turn_cues))
             self._perm = perm
         self.slots = SlotTable(N_SLOTS, self._keep_types)
         self._meta, self._clock, self._last_call = [], 0, None
@@ -242,7 +244,7 @@ class FeaturesRenderer(Renderer):
         wants_answer = task.answer is not None and last_turn and not episode.answered
         todo = episode.todo()
         cands: list[Action] = [Ask("?"), Reply("done")] + [EMPTY] * N_REPLY_VALUES
-        rows: list[list[float]] = [ASK_ROW, REPLY_ROW]
+        rows: list[list[float]] = [ASK_ROW, reply_row(self.turn_cues and not last_turn, self.turn_cues and not todo)]
         ranked = [0, 1]  # the ranked positions of the candidates that exist (rows[j] is at ranked[j])
         if wants_answer:
             self._reply_values(episode, cands, rows, ranked)

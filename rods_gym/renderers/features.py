@@ -31,7 +31,11 @@ candidate's row: 0 exists, 1-4 kind (ask, reply, reply with a value, call), 5 to
 before, 7 this call made before, 8 the tool's parameter count, 9 share of plan-matched arguments, 10 all
 matched, 11 argument keys of a todo call, 12-16 shares of values from the user / a tool / a call that made
 progress / an output field named as the parameter, mean recency, 17-18 (replies) the answer's tool and
-field / its field, 19 share from a first record. The view is its own env class (FeaturesEnv) because
+field / its field (the reply with no value, with turn cues: it moves to the next user turn / no call is left in
+the active turns; column 5 then says both), 19 share from a first record. ``turn_cues`` (the ``-v1`` features ids)
+also keeps ask and reply at positions 0 and 1 in shuffled order: without them (``-v0``) the reply that moves a
+multi-turn conversation on sits at a different position in every task and its row never changes, and MaskablePPO
+learns to reply mid-conversation in almost no task (docs/features.md, "Multi-turn tasks"). The view is its own env class (FeaturesEnv) because
 ``ToolChainEnv.action_masks`` serves the structured view only. Construct it with ``gym.make("rods/ToolChain-Features-v0")`` (or
 ``rods/ToolChain-{Easy,Medium,Hard}-Features-v0``, any :class:`~rods_gym.env.ToolChainEnv` kwarg
 passes through), or :class:`rods_gym.features_env.FeaturesEnv`; use it with sb3-contrib's
@@ -82,12 +86,35 @@ ASK, REPLY, REPLY_VALUE, CALL = 1, 2, 3, 4  # candidate kinds (feature columns 1
 EMPTY = Invalid("invalid_arguments", "no candidate action at this position")
 ASK_ROW = [1.0, 1.0] + [0.0] * (CANDIDATE - 2)
 REPLY_ROW = [1.0, 0.0, 1.0] + [0.0] * (CANDIDATE - 3)
+
+
+def shuffled_positions(task: Any, turn_cues: bool) -> list[int]:
+    """The positions of the ranked candidates in ``shuffled`` order, drawn from a generator seeded with the task.
+    With ``turn_cues`` ask and reply (the conversation's own actions, the same in every task) stay at 0 and 1 and
+    only the task's candidates (reply values, calls) are permuted over the other 30 positions; without, all 32."""
+    if not turn_cues:
+        return task_generator(task).permutation(N_CANDIDATES).tolist()
+    fixed = 2
+    return list(range(fixed)) + [fixed + int(p) for p in task_generator(task).permutation(N_CANDIDATES - fixed)]
+
+
+def reply_row(next_turn: bool, calls_done: bool) -> list[float]:
+    """The reply's row (no value) with turn cues: columns 17 and 18 say that it moves the conversation to the next
+    user turn (it is not the last) and that no call is left to make in the active turns; column 5, both: the reply
+    is what the task needs next, as column 5 says of a call whose tool the plan still needs. Without turn cues the
+    row is ``REPLY_ROW`` (``reply_row(False, False)``)."""
+    row = list(REPLY_ROW)
+    row[5], row[17], row[18] = float(next_turn and calls_done), float(next_turn), float(calls_done)
+    return row
+
+
 _ROW = struct.Struct(f"{CANDIDATE}f")  # one candidate's row, as float32 bytes
 _FLAGS = struct.Struct("12f")  # the episode's flags: the global features before the error one-hot
 _ERROR_BYTES = {e: struct.pack(f"{len(ERROR_CLASSES)}f", *(float(e == x) for x in ERROR_CLASSES))
                 for e in ERROR_CLASSES}  # the last error's one-hot
 _ROW_BYTES, _FLAGS_BYTES = _ROW.size, 4 * GLOBAL
-_ASK_BYTES, _REPLY_BYTES = _ROW.pack(*ASK_ROW), _ROW.pack(*REPLY_ROW)
+_ASK_BYTES = _ROW.pack(*ASK_ROW)
+_REPLY_BYTES = {(n, d): _ROW.pack(*reply_row(n, d)) for n in (False, True) for d in (False, True)}
 ASK_ACTION, DONE_ACTION = Ask("?"), Reply("done")
 _NO_SECOND = -1  # a parameter with one option only (None is an option: the parameter left out)
 _NOTHING: frozenset[Any] = frozenset()
@@ -124,6 +151,15 @@ class _ToolPlan:
         self.sources = sources
         self.linked = tuple(bool(f or s) for f, s in zip(facts, sources))  # the plan names a value for it
 
+    @staticmethod
+    def merged(plans: list["_ToolPlan"]) -> "_ToolPlan":
+        """The plan of a tool with several todo calls: theirs together."""
+        keys = tuple(k for p in plans for k in p.keys)
+        facts = tuple(tuple(dict.fromkeys(v for p in plans for v in p.facts[i])) for i in range(len(plans[0].facts)))
+        sources = tuple(tuple(dict.fromkeys(v for p in plans for v in p.sources[i]))
+                        for i in range(len(plans[0].sources)))
+        return _ToolPlan(keys, facts, sources)
+
 
 class _TaskTables:
     """What no step of an episode changes, built once per task: the candidates' positions (permuted in
@@ -133,18 +169,18 @@ class _TaskTables:
     and the candidates every episode starts with."""
 
     __slots__ = ("position", "cands", "marks", "block", "turn_facts", "fact_types", "answer_source", "active",
-                 "last_turn", "turn_scale", "plans", "start")
+                 "last_turn", "turn_scale", "call_plans", "plans", "start")
 
     def __init__(self, episode: "Episode", renderer: "FeaturesRenderer") -> None:
         task, tools = episode.task, renderer.suite.tools
         # the position of each ranked candidate; the candidates, mask and observation bytes with ask and reply only
         self.position: list[int] = list(range(N_CANDIDATES))
         if renderer.candidate_order == "shuffled":
-            self.position = task_generator(task).permutation(N_CANDIDATES).tolist()
+            self.position = shuffled_positions(task, renderer.turn_cues)
         self.cands: list[Any] = [EMPTY] * N_CANDIDATES
         self.marks = bytearray(N_CANDIDATES)
         block = bytearray(_FLAGS_BYTES + N_CANDIDATES * _ROW_BYTES)
-        for r, cand, row in ((0, ASK_ACTION, _ASK_BYTES), (1, DONE_ACTION, _REPLY_BYTES)):
+        for r, cand, row in ((0, ASK_ACTION, _ASK_BYTES), (1, DONE_ACTION, _REPLY_BYTES[(False, False)])):
             pos = self.position[r]
             self.cands[pos], self.marks[pos] = cand, True
             block[_FLAGS_BYTES + pos * _ROW_BYTES:_FLAGS_BYTES + (pos + 1) * _ROW_BYTES] = row
@@ -165,6 +201,7 @@ class _TaskTables:
         # satisfied only while its turn is active)
         self.active = tuple(sum(c.turn <= turn for c in task.calls) for turn in range(len(task.turns)))
         self.last_turn, self.turn_scale = len(task.turns) - 1, max(1, len(task.turns) - 1)
+        self.call_plans: dict[str, _ToolPlan] = {}  # call id -> its plan
         self.plans: dict[tuple[Any, ...], dict[str, _ToolPlan]] = {}
         self.start: tuple[Any, ...] | None = None  # the candidates after reset: the same in every episode
 
@@ -195,11 +232,13 @@ class FeaturesRenderer(Renderer):
     position alone is nearly always the right call, which a policy learns as a rule within a few thousand
     steps, on any task set, so it measures no learning from tasks)."""
 
-    def __init__(self, suite: "Suite", candidate_order: str = "shuffled") -> None:
+    def __init__(self, suite: "Suite", candidate_order: str = "shuffled", turn_cues: bool = False) -> None:
         super().__init__(suite)
         if candidate_order not in CANDIDATE_ORDERS:
             raise ValueError(f"candidate_order must be one of {CANDIDATE_ORDERS}, got {candidate_order!r}")
-        self.candidate_order = candidate_order
+        if not isinstance(turn_cues, bool):
+            raise ValueError(f"turn_cues must be True or False, got {turn_cues!r}")
+        self.candidate_order, self.turn_cues = candidate_order, turn_cues
         self._keep_types = frozenset(t for t, vt in suite.types.items() if vt.linkable)
         self.n_params = max(len(t.params) for t in suite.tools.values())
         self.observation_space = gym.spaces.Box(0.0, 1.0, (GLOBAL + N_CANDIDATES * CANDIDATE,), np.float32)
@@ -373,31 +412,36 @@ class FeaturesRenderer(Renderer):
 
     # -- the plan of the todo calls ----------------------------------------------------
     def _plan(self, episode: "Episode") -> dict[str, _ToolPlan]:
-        """Per tool with todo calls, its :class:`_ToolPlan`; kept per task state (the todo calls are a
-        function of the turn and the satisfied calls)."""
-        plans = self._task.plans  # type: ignore[union-attr]
+        """Per tool with todo calls, its :class:`_ToolPlan`: the plan of its one todo call (built once per task), or
+        those of its todo calls merged; kept per task state (the todo calls are a function of the turn and the
+        satisfied calls)."""
+        tables = self._task
+        assert tables is not None
+        plans = tables.plans
         state = (episode.turn, tuple(episode.satisfied))
         hit = plans.get(state)
         if hit is not None:
             return hit
-        c = episode.c
-        facts: dict[tuple[str, str], set[str]] = {}
-        sources: dict[tuple[str, str], set[tuple[str, str]]] = {}
-        keys: dict[str, tuple[frozenset[str], ...]] = {}
+        by_tool: dict[str, list[_ToolPlan]] = {}
         for cid in episode.todo():
-            tool = c.call_tool[cid]
-            keys[tool] = keys.get(tool, ()) + (c.keys[cid],)
-            for p, v in c.facts[cid].items():
-                facts.setdefault((tool, p), set()).add(value_key(v))
-            for p, src, f in c.bound[cid]:
-                sources.setdefault((tool, p), set()).add((c.call_tool[src], f))
-        out = {tool: _ToolPlan(ks, tuple(tuple(facts.get((tool, p), ())) for p in self._names[tool]),
-                               tuple(tuple(sources.get((tool, p), ())) for p in self._names[tool]))
-               for tool, ks in keys.items()}
+            plan = tables.call_plans.get(cid)
+            if plan is None:
+                plan = tables.call_plans[cid] = self._call_plan(episode.c, cid)
+            by_tool.setdefault(episode.c.call_tool[cid], []).append(plan)
+        out = {tool: ps[0] if len(ps) == 1 else _ToolPlan.merged(ps) for tool, ps in by_tool.items()}
         if len(plans) >= STATE_CACHE:
             plans.clear()
         plans[state] = out
         return out
+
+    def _call_plan(self, c: "CompiledTask", cid: str) -> _ToolPlan:
+        """The plan of one required call: its argument keys, per parameter of its tool the value (key) the user
+        states for it and the (tool, output field) it comes from."""
+        facts = {p: value_key(v) for p, v in c.facts[cid].items()}
+        sources = {p: (c.call_tool[src], f) for p, src, f in c.bound[cid]}
+        names = self._names[c.call_tool[cid]]
+        return _ToolPlan((c.keys[cid],), tuple((facts[p],) if p in facts else () for p in names),
+                         tuple((sources[p],) if p in sources else () for p in names))
 
     # -- candidates and observation ----------------------------------------------------
     def _candidates(self, episode: "Episode") -> None:
@@ -414,6 +458,10 @@ class FeaturesRenderer(Renderer):
         assert tables is not None
         position = tables.position
         cands, marks, block = list(tables.cands), bytearray(tables.marks), bytearray(tables.block)
+        if self.turn_cues:  # the reply's row says whether it closes the user turn now
+            at = _FLAGS_BYTES + position[1] * _ROW_BYTES
+            block[at:at + _ROW_BYTES] = _REPLY_BYTES[(episode.turn < tables.last_turn,
+                                                      tables.active[episode.turn] == len(episode.satisfied))]
         pack = _ROW.pack_into
         for j, (cand, row) in enumerate(ranked):
             pos = position[2 + j if j < n_values else FIRST_CALL + j - n_values]  # calls from FIRST_CALL on
@@ -621,8 +669,9 @@ class FeaturesRenderer(Renderer):
     def share_caches(self, other: "FeaturesRenderer") -> None:
         """Use ``other``'s per-task tables and checker answers (pure functions of the task and the suite), as
         the sub-envs of one vector env do: a task's tables are then built once for all its episodes."""
-        if other.suite is not self.suite or other.candidate_order != self.candidate_order:
-            raise ValueError("share_caches: the renderers must have the same suite and candidate order")
+        if (other.suite is not self.suite or other.candidate_order != self.candidate_order
+                or other.turn_cues != self.turn_cues):
+            raise ValueError("share_caches: the renderers must have the same suite, candidate order and turn cues")
         self._tables, self._checked = other._tables, other._checked
 
     def write_into(self, obs: np.ndarray | None, mask: np.ndarray | None) -> None:
