@@ -120,6 +120,7 @@ def run_arm(arm: str, points: Sequence[int], ppo: PPOConfig, seed: int, evaluato
         curve.append(row)
         print(f"  {arm:10s} {row['steps']:>8d} steps  train {row['train']:.3f}  test {row['test']:.3f}  "
               f"({train_s:.0f} s training)", flush=True)
+    curve[-1]["held_out_success"] = {t.id: float(te[t.id]) for t in test}  # per task, for paired comparisons
     curve[-1]["test_breakdown"] = breakdown(test, te)
     curve[-1]["train_breakdown"] = breakdown(train, tr)
     out: dict[str, Any] = {"curve": curve}
@@ -156,7 +157,7 @@ def main() -> int:
                              "the train split's multi-turn tasks")
     parser.add_argument("--save", type=Path, help="save each arm's final model here (ARM_seedN.zip)")
     parser.add_argument("--env-kwargs", default="{}",
-                        help='JSON dict of FeaturesEnv kwargs for training and evaluation, e.g. {"reward": {"turn_bonus": 0.25}}')
+                        help='JSON dict of FeaturesEnv kwargs for training and evaluation, e.g. {"turn_cues": true} (the -v1 view)')
     args = parser.parse_args()
     arms = [a for a in args.arms.split(",") if a]
     unknown = sorted(set(arms) - {"procedural", "fixed"})

@@ -81,3 +81,37 @@ def test_v1_ids_turn_the_cues_on() -> None:
         vec.close()
     with pytest.raises(ValueError, match="turn_cues"):
         FeaturesEnv(turn_cues="yes")
+
+
+def _runs(v0_mt: float, v1_mt: float, v1_plain: float) -> dict:
+    """A turn_cues.py record over 2 seeds x 40 tasks (20 multi-turn, 20 plain) with the given success rates."""
+    types = ["multi-turn"] * 20 + ["plain"] * 20
+
+    def row(mt: float, plain: float) -> list[float]:
+        return [1.0] * round(20 * mt) + [0.0] * (20 - round(20 * mt)) + [1.0] * round(20 * plain) + [0.0] * (
+            20 - round(20 * plain))
+
+    probe = {"tasks": 20, "reach_turn_end": 1.0, "action_at_turn_end": {"reply": 1.0}, "p_reply_at_turn_end": 0.9,
+             "advanced": 1.0, "ends": {"success": 1.0}, "success": 1.0, "success_reply_forced": 1.0,
+             "p_reply_single_turn_midway": 0.0}
+    runs = {}
+    for s in (1, 2):
+        runs[f"v0/{s}"] = {"success": row(v0_mt, 0.8), "probe": probe}
+        runs[f"v1/{s}"] = {"success": row(v1_mt, v1_plain), "probe": probe}
+    return {"seeds": [1, 2], "held_out": "test", "budget": 1000, "tasks": [str(i) for i in range(40)],
+            "turn_types": types, "runs": runs}
+
+
+def test_turn_cues_report_decides_the_target() -> None:
+    """benchmarks/turn_cues.py: PASS needs multi-turn >= 0.3 with the cues and no other turn type lower."""
+    from conftest import benchmarks_package
+
+    with benchmarks_package():
+        from benchmarks import turn_cues
+
+        text, ok = turn_cues.report(_runs(0.0, 0.6, 0.8))
+        assert ok and "PASS" in text and "| multi-turn | 20 | 0.000 | 0.600 |" in text
+        assert not turn_cues.report(_runs(0.0, 0.2, 0.8))[1]   # multi-turn below the target
+        assert not turn_cues.report(_runs(0.0, 0.6, 0.3))[1]   # plain tasks lost
+        with pytest.raises(ValueError, match="--seeds"):
+            turn_cues.main(["--seeds", "a,b"])
