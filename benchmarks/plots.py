@@ -35,6 +35,16 @@ def _colors(arms: list[str]) -> dict[str, Any]:
     return {a: cmap(i % 10) for i, a in enumerate(arms)}
 
 
+def _success_curve(ax: Any, arm: str, entry: Mapping[str, Any], split: str, x: str, color: Any,
+                   alpha: float) -> None:
+    """One arm's greedy success on ``split`` along ``x`` (a key of its curve points), with its 95% band."""
+    xs = [p[x] for p in entry["curve"]]
+    ax.plot(xs, [p[split]["success"]["mean"] for p in entry["curve"]], marker="o", ms=3, color=color,
+            label=f"{arm} ({len(entry['seeds'])} seeds)")
+    ax.fill_between(xs, [p[split]["success"]["lo"] for p in entry["curve"]],
+                    [p[split]["success"]["hi"] for p in entry["curve"]], color=color, alpha=alpha, linewidth=0)
+
+
 def success_curves(summary: Mapping[str, Any], path: Path, x: str = "rollouts_mean",
                    xlabel: str = "training rollout trajectories") -> Path:
     """Greedy success per arm with 95% bootstrap bands, one panel per split."""
@@ -44,12 +54,7 @@ def success_curves(summary: Mapping[str, Any], path: Path, x: str = "rollouts_me
     fig, axes = plt.subplots(1, len(splits), figsize=(6 * len(splits), 4.2), squeeze=False)
     for ax, split in zip(axes[0], splits):
         for arm, entry in arms.items():
-            xs = [p[x] for p in entry["curve"]]
-            m = [p[split]["success"]["mean"] for p in entry["curve"]]
-            lo = [p[split]["success"]["lo"] for p in entry["curve"]]
-            hi = [p[split]["success"]["hi"] for p in entry["curve"]]
-            ax.plot(xs, m, marker="o", ms=3, color=colors[arm], label=f"{arm} ({len(entry['seeds'])} seeds)")
-            ax.fill_between(xs, lo, hi, color=colors[arm], alpha=0.15, linewidth=0)
+            _success_curve(ax, arm, entry, split, x, colors[arm], alpha=0.15)
         top = max([p[split]["success"]["hi"] for e in arms.values() for p in e["curve"]] + [0.0])
         ax.set_ylim(-0.01, min(1.0, max(0.1, 1.15 * top)))
         ax.set_title(f"{SPLIT_TITLES.get(split, split)} ({summary['tasks'][split]} tasks)")
@@ -177,12 +182,7 @@ def headline_panels(summaries: Mapping[str, Mapping[str, Any]], arms: list[str],
             entry = summary["arms"].get(arm)
             if entry is None:
                 continue
-            xs = [p["env_steps"] for p in entry["curve"]]
-            ax.plot(xs, [p[split]["success"]["mean"] for p in entry["curve"]], marker="o", ms=3, color=colors[arm],
-                    label=f"{arm} ({len(entry['seeds'])} seeds)")
-            ax.fill_between(xs, [p[split]["success"]["lo"] for p in entry["curve"]],
-                            [p[split]["success"]["hi"] for p in entry["curve"]], color=colors[arm], alpha=0.12,
-                            linewidth=0)
+            _success_curve(ax, arm, entry, split, "env_steps", colors[arm], alpha=0.12)
         group = summary.get("setup", {}).get("group_size")
         title = LEARNER_TITLES.get(learner, learner) + (f", G = {group}" if group else "")
         ax.set_title(f"{title}: {SPLIT_TITLES.get(split, split)}")

@@ -34,8 +34,7 @@ from benchmarks.evaluator import spread  # noqa: E402
 from benchmarks.ppo_regime import VIEW, load_scale, run_arm, turn_type  # noqa: E402
 from benchmarks.stats import fmt_ci, paired_difference, rng_for  # noqa: E402
 from rods_gym import load_split  # noqa: E402
-
-VERSIONS = {"v0": False, "v1": True}  # the features ids' versions: turn cues off / on
+from rods_gym.registration import FEATURES_VERSIONS as VERSIONS  # noqa: E402  (version -> turn cues)
 MULTI_TURN_TARGET = 0.3
 
 

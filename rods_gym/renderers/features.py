@@ -35,7 +35,8 @@ field / its field (the reply with no value, with turn cues: it moves to the next
 the active turns; column 5 then says both), 19 share from a first record. ``turn_cues`` (the ``-v1`` features ids)
 also keeps ask and reply at positions 0 and 1 in shuffled order: without them (``-v0``) the reply that moves a
 multi-turn conversation on sits at a different position in every task and its row never changes, and MaskablePPO
-learns to reply mid-conversation in almost no task (docs/features.md, "Multi-turn tasks"). The view is its own env class (FeaturesEnv) because
+learns to reply mid-conversation in almost no task (docs/features.md, "Multi-turn tasks"). The view is its own
+env class (FeaturesEnv) because
 ``ToolChainEnv.action_masks`` serves the structured view only. Construct it with ``gym.make("rods/ToolChain-Features-v0")`` (or
 ``rods/ToolChain-{Easy,Medium,Hard}-Features-v0``, any :class:`~rods_gym.env.ToolChainEnv` kwarg
 passes through), or :class:`rods_gym.features_env.FeaturesEnv`; use it with sb3-contrib's
@@ -151,15 +152,6 @@ class _ToolPlan:
         self.sources = sources
         self.linked = tuple(bool(f or s) for f, s in zip(facts, sources))  # the plan names a value for it
 
-    @staticmethod
-    def merged(plans: list["_ToolPlan"]) -> "_ToolPlan":
-        """The plan of a tool with several todo calls: theirs together."""
-        keys = tuple(k for p in plans for k in p.keys)
-        facts = tuple(tuple(dict.fromkeys(v for p in plans for v in p.facts[i])) for i in range(len(plans[0].facts)))
-        sources = tuple(tuple(dict.fromkeys(v for p in plans for v in p.sources[i]))
-                        for i in range(len(plans[0].sources)))
-        return _ToolPlan(keys, facts, sources)
-
 
 class _TaskTables:
     """What no step of an episode changes, built once per task: the candidates' positions (permuted in
@@ -169,7 +161,7 @@ class _TaskTables:
     and the candidates every episode starts with."""
 
     __slots__ = ("position", "cands", "marks", "block", "turn_facts", "fact_types", "answer_source", "active",
-                 "last_turn", "turn_scale", "call_plans", "plans", "start")
+                 "last_turn", "turn_scale", "plans", "start")
 
     def __init__(self, episode: "Episode", renderer: "FeaturesRenderer") -> None:
         task, tools = episode.task, renderer.suite.tools
@@ -201,7 +193,6 @@ class _TaskTables:
         # satisfied only while its turn is active)
         self.active = tuple(sum(c.turn <= turn for c in task.calls) for turn in range(len(task.turns)))
         self.last_turn, self.turn_scale = len(task.turns) - 1, max(1, len(task.turns) - 1)
-        self.call_plans: dict[str, _ToolPlan] = {}  # call id -> its plan
         self.plans: dict[tuple[Any, ...], dict[str, _ToolPlan]] = {}
         self.start: tuple[Any, ...] | None = None  # the candidates after reset: the same in every episode
 
@@ -412,36 +403,31 @@ class FeaturesRenderer(Renderer):
 
     # -- the plan of the todo calls ----------------------------------------------------
     def _plan(self, episode: "Episode") -> dict[str, _ToolPlan]:
-        """Per tool with todo calls, its :class:`_ToolPlan`: the plan of its one todo call (built once per task), or
-        those of its todo calls merged; kept per task state (the todo calls are a function of the turn and the
-        satisfied calls)."""
-        tables = self._task
-        assert tables is not None
-        plans = tables.plans
+        """Per tool with todo calls, its :class:`_ToolPlan`; kept per task state (the todo calls are a
+        function of the turn and the satisfied calls)."""
+        plans = self._task.plans  # type: ignore[union-attr]
         state = (episode.turn, tuple(episode.satisfied))
         hit = plans.get(state)
         if hit is not None:
             return hit
-        by_tool: dict[str, list[_ToolPlan]] = {}
+        c = episode.c
+        facts: dict[tuple[str, str], set[str]] = {}
+        sources: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        keys: dict[str, tuple[frozenset[str], ...]] = {}
         for cid in episode.todo():
-            plan = tables.call_plans.get(cid)
-            if plan is None:
-                plan = tables.call_plans[cid] = self._call_plan(episode.c, cid)
-            by_tool.setdefault(episode.c.call_tool[cid], []).append(plan)
-        out = {tool: ps[0] if len(ps) == 1 else _ToolPlan.merged(ps) for tool, ps in by_tool.items()}
+            tool = c.call_tool[cid]
+            keys[tool] = keys.get(tool, ()) + (c.keys[cid],)
+            for p, v in c.facts[cid].items():
+                facts.setdefault((tool, p), set()).add(value_key(v))
+            for p, src, f in c.bound[cid]:
+                sources.setdefault((tool, p), set()).add((c.call_tool[src], f))
+        out = {tool: _ToolPlan(ks, tuple(tuple(facts.get((tool, p), ())) for p in self._names[tool]),
+                               tuple(tuple(sources.get((tool, p), ())) for p in self._names[tool]))
+               for tool, ks in keys.items()}
         if len(plans) >= STATE_CACHE:
             plans.clear()
         plans[state] = out
         return out
-
-    def _call_plan(self, c: "CompiledTask", cid: str) -> _ToolPlan:
-        """The plan of one required call: its argument keys, per parameter of its tool the value (key) the user
-        states for it and the (tool, output field) it comes from."""
-        facts = {p: value_key(v) for p, v in c.facts[cid].items()}
-        sources = {p: (c.call_tool[src], f) for p, src, f in c.bound[cid]}
-        names = self._names[c.call_tool[cid]]
-        return _ToolPlan((c.keys[cid],), tuple((facts[p],) if p in facts else () for p in names),
-                         tuple((sources[p],) if p in sources else () for p in names))
 
     # -- candidates and observation ----------------------------------------------------
     def _candidates(self, episode: "Episode") -> None:
