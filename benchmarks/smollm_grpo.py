@@ -1,6 +1,7 @@
 """Does GRPO move SmolLM2-135M-Instruct on a rods env, and does the RODS curriculum change how much? (issue 49)
 
-    python benchmarks/smollm_grpo.py                                   # rods vs fixed, 3 seeds (CPU: about 130 s per GRPO step; a GPU job)
+    python benchmarks/smollm_grpo.py                                   # rods vs fixed, 3 seeds, one run at a time
+    python benchmarks/smollm_grpo.py --steps 10 --eval-tasks 100 --jobs 2   # two runs at a time, one thread each (2-core CPU)
     python benchmarks/smollm_grpo.py --report-only                     # the tables from the runs in --out
     python benchmarks/smollm_grpo.py --steps 1 --seeds 0 --eval-tasks 4 --out /tmp/smollm_smoke   # plumbing only
 
@@ -12,7 +13,8 @@ and is evaluated on the same tasks. The warm start is shared so that the differe
 run's success minus the warm start's, task by task (paired), and RODS minus fixed, paired by seed and task;
 95% CIs by a two-level bootstrap over seeds and tasks. The runs go through the data-efficiency benchmark's runner
 (``_de_runner``: the trainer's ``grpo_train``, every observed group recorded), so a finished run is reused
-(``--out``) and a killed one starts over. Reported beside: step time split into generation, env and update, and
+(``--out``) and a killed one starts over; ``--jobs N`` runs N of them at a time in their own processes, each with
+``--threads``/N torch threads (a 2-core CPU: ``--jobs 2``, the pairs of arms of a seed side by side). Reported beside: step time split into generation, env and update, and
 the process's memory, from the trainer's own metrics.
 """
 
@@ -34,21 +36,30 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:  # the helper modules next to this script (already there when run as a script)
     sys.path.insert(0, str(HERE))
 
-from _de_runner import RUN_FILE, WARM_FILE, ArmJob, EvalSpec, SeedJob, run_arm, run_warm_start  # noqa: E402
+from _de_runner import RUN_FILE, WARM_FILE, ArmJob, EvalSpec, SeedJob, run_warm_start  # noqa: E402
 from _de_stats import bootstrap_ci, rng_for  # noqa: E402
+
+from benchmarks import llm_runs  # noqa: E402
+from benchmarks.runner import run_jobs  # noqa: E402
 
 ARM_DEFAULTS = {  # a budget of tens of groups: RODS calibrates on its first 8 and synthesizes every 2 steps
     "rods": {"calibration_groups": 8, "synth_every": 2, "parents_per_round": 4, "variants_per_parent": 2},
 }
 
 
+def arm_threads(args: argparse.Namespace) -> int:
+    """Torch threads of each GRPO run: ``--threads`` shared by the ``--jobs`` runs at a time (at least one)."""
+    return max(1, args.threads // args.jobs)
+
+
 def train_config(args: argparse.Namespace, arm: str | None) -> dict[str, Any]:
     """The run's config as a plain mapping: ``--config`` with ``--set``, the warm start's (``arm`` None) or an arm's."""
     from rods_gym.trainer.config import load_config
 
+    threads = args.threads if arm is None else arm_threads(args)
     extra = ["tensorboard=false", "progress_bar=false", "checkpoint_every=0", "keep_checkpoints=1",
-             "time_limit_min=0", "eval.every=0", f"threads={args.threads}", f"sft.threads={args.threads}",
-             f"eval.threads={args.threads}", *args.set]
+             "time_limit_min=0", "eval.every=0", f"threads={threads}", f"sft.threads={threads}",
+             f"eval.threads={threads}", *args.set]
     if args.warm_start:  # a saved warm start: every run loads it, no SFT here
         extra += [f"policy.model={Path(args.warm_start).resolve()}", "sft.enabled=false"]
     if arm is not None:
@@ -72,22 +83,29 @@ def run_all(args: argparse.Namespace, log=print) -> dict[str, Any]:
         log(f"warm start: {time.perf_counter() - t0:.0f} s (SFT {warm['sft'].get('seconds', 0):.0f} s, evaluation "
             f"{warm['eval_seconds']:.0f} s); " + ", ".join(f"{k} {v['mean_success']:.3f}" for k, v in warm["eval"].items()))
     runs: dict[str, dict[int, dict[str, Any]]] = {a: {} for a in args.arms}
+    jobs = []
     for seed in args.seeds:  # seed-major: a stopped job leaves whole pairs of arms
         for arm in args.arms:
             train = train_config(args, arm)
             per_step = train["rollout"]["tasks_per_step"] * train["rollout"]["group_size"]
-            job = ArmJob(arm, seed, train, str(out / f"seed{seed}" / arm), warm["policy_dir"], (args.steps * per_step,),
-                         evals, args.threads)
-            if args.report_only:
-                f = Path(job.out_dir) / RUN_FILE
-                if f.exists():
-                    runs[arm][seed] = json.loads(f.read_text())
-                continue
-            rec = run_arm(job)
-            runs[arm][seed] = rec
-            last = rec["points"][-1]["eval"]
-            log(f"{arm} seed {seed}: {rec['steps']} steps in {rec['train_seconds']:.0f} s (+ evaluation "
-                f"{rec['eval_seconds']:.0f} s); " + ", ".join(f"{k} {v['mean_success']:.3f}" for k, v in last.items()))
+            jobs.append(ArmJob(arm, seed, train, str(out / f"seed{seed}" / arm), warm["policy_dir"],
+                               (args.steps * per_step,), evals, arm_threads(args)))
+    if args.report_only:
+        for job in jobs:
+            f = Path(job.out_dir) / RUN_FILE
+            if f.exists():
+                runs[job.arm][job.seed] = json.loads(f.read_text())
+        return {"warm": warm, "runs": runs}
+    by_job = {job.job(): job for job in jobs}
+    done = run_jobs(list(by_job), llm_runs.run_arm, workers=args.jobs, context="spawn", initializer=llm_runs.quiet,
+                    path_of=lambda j: Path(by_job[j].out_dir) / RUN_FILE, log=log)
+    if done.failures:
+        raise RuntimeError("GRPO runs failed: " + "; ".join(done.failures))
+    for job in jobs:  # in the jobs' order, as --report-only reads them
+        rec = runs[job.arm][job.seed] = done.records[job.job()]
+        last = rec["points"][-1]["eval"]
+        log(f"{job.arm} seed {job.seed}: {rec['steps']} steps in {rec['train_seconds']:.0f} s (+ evaluation "
+            f"{rec['eval_seconds']:.0f} s); " + ", ".join(f"{k} {v['mean_success']:.3f}" for k, v in last.items()))
     return {"warm": warm, "runs": runs}
 
 
@@ -172,7 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--splits", default="test")
     ap.add_argument("--eval-tasks", type=int, default=50, help="evenly spread tasks per split")
     ap.add_argument("--batch-episodes", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2, help="torch threads of the warm start, shared by the GRPO runs")
+    ap.add_argument("--jobs", type=int, default=1, help="GRPO runs at a time (processes), each with threads/jobs threads")
     ap.add_argument("--warm-start", default=None, help="a saved policy (e.g. RUN/sft_policy of rods sft --config "
                     "smollm2_cpu) to start every run from instead of training the warm start here")
     ap.add_argument("--out", default="runs/smollm/grpo")
@@ -181,8 +200,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     args.splits = [s.strip() for s in args.splits.split(",") if s.strip()]
-    if args.steps < 1 or args.eval_tasks < 1 or not args.arms or not args.seeds:
-        ap.error("--steps and --eval-tasks must be >= 1, --arms and --seeds non-empty")
+    if args.steps < 1 or args.eval_tasks < 1 or args.jobs < 1 or not args.arms or not args.seeds:
+        ap.error("--steps, --eval-tasks and --jobs must be >= 1, --arms and --seeds non-empty")
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
