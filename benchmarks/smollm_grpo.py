@@ -21,14 +21,16 @@ the process's memory, from the trainer's own metrics.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures as cf
 import datetime as _dt
 import json
+import multiprocessing
 import os
 import platform
 import sys
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -41,6 +43,7 @@ from _de_stats import bootstrap_ci, rng_for  # noqa: E402
 
 from benchmarks import llm_runs  # noqa: E402
 from benchmarks.runner import run_jobs  # noqa: E402
+from rods_gym.task import stratum_name  # noqa: E402
 
 ARM_DEFAULTS = {  # a budget of tens of groups: RODS calibrates on its first 8 and synthesizes every 2 steps
     "rods": {"calibration_groups": 8, "synth_every": 2, "parents_per_round": 4, "variants_per_parent": 2},
@@ -70,6 +73,15 @@ def train_config(args: argparse.Namespace, arm: str | None) -> dict[str, Any]:
     return load_config(args.config, extra).to_dict()
 
 
+def in_own_process(fn: Callable[[Any], dict[str, Any]], job: Any) -> dict[str, Any]:
+    """``fn(job)`` in a spawned process, so that its memory goes back when it ends: SmolLM2-135M's SFT and evaluation
+    leave about 10 GB in the process that ran them, which beside two GRPO runs (about 7.5 GB each) ran a 24 GB
+    machine out of memory (measured 2026-12-07)."""
+    ctx = multiprocessing.get_context("spawn")
+    with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=llm_runs.quiet) as pool:
+        return pool.submit(fn, job).result()
+
+
 def run_all(args: argparse.Namespace, log=print) -> dict[str, Any]:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -79,7 +91,7 @@ def run_all(args: argparse.Namespace, log=print) -> dict[str, Any]:
         warm = json.loads((out / "warm_start" / WARM_FILE).read_text())
     else:
         t0 = time.perf_counter()
-        warm = run_warm_start(warm_job)
+        warm = in_own_process(run_warm_start, warm_job)
         log(f"warm start: {time.perf_counter() - t0:.0f} s (SFT {warm['sft'].get('seconds', 0):.0f} s, evaluation "
             f"{warm['eval_seconds']:.0f} s); " + ", ".join(f"{k} {v['mean_success']:.3f}" for k, v in warm["eval"].items()))
     runs: dict[str, dict[int, dict[str, Any]]] = {a: {} for a in args.arms}
@@ -109,12 +121,35 @@ def run_all(args: argparse.Namespace, log=print) -> dict[str, Any]:
     return {"warm": warm, "runs": runs}
 
 
+def task_strata(args: argparse.Namespace) -> dict[str, str]:
+    """Each held-out task's turn type (``meta["stratum"]``), by task id, for ``--splits``."""
+    from rods_gym.trainer.config import load_config
+    from rods_gym.trainer.tasks import load_tasks
+
+    data = load_config(args.config, args.set).data
+    return {t.id: str(t.meta.get("stratum")) for split in args.splits for t in load_tasks(split, data)}
+
+
 def paired(a: np.ndarray, b: np.ndarray, label: str, samples: int = 2000) -> dict[str, float]:
     """mean(a - b) over a ``[seeds, tasks]`` matrix (b broadcast when it is one row) and its 95% CI."""
     return bootstrap_ci(a - b, rng_for(0, label), samples)
 
 
-def summarize(loaded: Mapping[str, Any], splits: Sequence[str]) -> dict[str, Any]:
+def per_turn_type(ids: Sequence[str], before: np.ndarray, after: Mapping[str, np.ndarray],
+                  strata: Mapping[str, str]) -> dict[str, dict[str, float]]:
+    """Mean success per turn type (a task's stratum, in words): ``n`` tasks, the warm start and each arm (over its
+    seeds)."""
+    names = np.array([stratum_name(strata[i]) for i in ids])
+    out: dict[str, dict[str, float]] = {}
+    for name in dict.fromkeys(names.tolist()):
+        cols = names == name
+        out[name] = {"n": int(cols.sum()), "warm_start": float(before[cols].mean()),
+                     **{arm: float(a[:, cols].mean()) for arm, a in after.items()}}
+    return out
+
+
+def summarize(loaded: Mapping[str, Any], splits: Sequence[str], strata: Mapping[str, str]) -> dict[str, Any]:
+    """The tables' figures; ``strata`` maps each evaluated task id to its turn type (``meta["stratum"]``)."""
     warm, runs = loaded["warm"], loaded["runs"]
     out: dict[str, Any] = {"splits": {}, "steps": {}}
     for split in splits:
@@ -129,6 +164,7 @@ def summarize(loaded: Mapping[str, Any], splits: Sequence[str]) -> dict[str, Any
             entry["arms"][arm] = {"seeds": seeds, "after": bootstrap_ci(after[arm], rng_for(0, f"{arm}/{split}")),
                                   "minus_warm_start": paired(after[arm], before, f"{arm}-warm/{split}"),
                                   "per_seed": [float(x) for x in after[arm].mean(axis=1)]}
+        entry["per_turn_type"] = per_turn_type(warm["tasks"][split]["ids"], before[0], after, strata)
         if "rods" in after and "fixed" in after:
             common = sorted(set(runs["rods"]) & set(runs["fixed"]))
             pick = lambda arm: np.array([runs[arm][s]["points"][-1]["eval"][split]["success"] for s in common])  # noqa: E731
@@ -168,6 +204,12 @@ def markdown(summary: Mapping[str, Any], args: argparse.Namespace, argv: Sequenc
                          + ", ".join(f"{x:.3f}" for x in e["per_seed"]) + " |")
         if "rods_minus_fixed" in entry:
             lines.append(f"| **rods - fixed** (paired) | | {_ci(entry['rods_minus_fixed'], True)} | |")
+        arms = list(entry["arms"])
+        lines += ["", f"| {split}: turn type | tasks | warm start | " + " | ".join(arms) + " |",
+                  "|---|---|---|" + "---|" * len(arms)]
+        for name, row in entry["per_turn_type"].items():
+            lines.append(f"| {name} | {row['n']} | {row['warm_start']:.3f} | "
+                         + " | ".join(f"{row[a]:.3f}" for a in arms) + " |")
         lines.append("")
     lines += ["| arm | step (s) | generation (s) | env (s) | update (s) | generated tokens/step | reward | silent groups "
               "| RSS MB (max) |", "|---|---|---|---|---|---|---|---|---|"]
@@ -208,7 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     load_start = f"{os.getloadavg()[0]:.1f}"
     t0 = time.perf_counter()
     loaded = run_all(args, log=lambda m: print(m, flush=True))
-    summary = summarize(loaded, args.splits)
+    summary = summarize(loaded, args.splits, task_strata(args))
     meta = {"date": _dt.datetime.now().isoformat(timespec="minutes"), "load_start": load_start,
             "load_end": f"{os.getloadavg()[0]:.1f}", "wall_min": (time.perf_counter() - t0) / 60,
             "machine": f"{os.cpu_count()}-core CPU ({platform.processor() or platform.machine()}), shared"}

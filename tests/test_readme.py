@@ -197,8 +197,14 @@ def test_readme_parameter_figures_are_models_the_project_builds() -> None:
     (the 4-layer main job's, 1.09M; the data-efficiency benchmark's 2-layer one, 0.57M; ...)."""
     from rods_gym.trainer.config import CONFIG_DIR, load_config
 
-    built = {name: parameter_count(name) for name in sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
-             if load_config(name).policy.model == "tiny"}
+    built = {}
+    for name in sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")):
+        if load_config(name).policy.model != "tiny":
+            continue
+        try:
+            built[name] = parameter_count(name)
+        except ImportError:  # its env needs an optional package that is absent (bfcl_chat: bfcl-eval)
+            continue
     built.update(benchmark_tiny_models())
     stated = [float(x) for x in re.findall(r"\b(\d+\.\d\d)M\b", README.read_text())]
     assert stated, "README.md states no parameter count"

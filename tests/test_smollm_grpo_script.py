@@ -47,3 +47,8 @@ def test_parallel_runs_share_one_warm_start_and_report_only_repeats_the_tables(t
         after = sum(entry["per_seed"]) / 2
         before = sum(warm["eval"]["test"]["success"]) / 3
         assert entry["minus_warm_start"]["mean"] == pytest.approx(after - before), arm
+    by_type = test["per_turn_type"]  # the same tasks, split by turn type: the counts and the weighted means add up
+    assert sum(row["n"] for row in by_type.values()) == 3
+    for key, overall in (("warm_start", sum(warm["eval"]["test"]["success"]) / 3),
+                         ("rods", sum(test["arms"]["rods"]["per_seed"]) / 2)):
+        assert sum(row["n"] * row[key] for row in by_type.values()) / 3 == pytest.approx(overall), key
