@@ -154,6 +154,7 @@ def summarize(loaded: Mapping[str, Any], splits: Sequence[str], strata: Mapping[
     out: dict[str, Any] = {"splits": {}, "steps": {}}
     for split in splits:
         before = np.array(warm["eval"][split]["success"], dtype=np.float64)[None, :]
+        before_progress = np.array(warm["eval"][split]["progress"], dtype=np.float64)[None, :]
         entry: dict[str, Any] = {"warm_start": bootstrap_ci(before, rng_for(0, f"warm/{split}")), "arms": {}}
         after: dict[str, np.ndarray] = {}
         for arm, by_seed in runs.items():
@@ -163,6 +164,9 @@ def summarize(loaded: Mapping[str, Any], splits: Sequence[str], strata: Mapping[
             after[arm] = np.array([by_seed[s]["points"][-1]["eval"][split]["success"] for s in seeds], dtype=np.float64)
             entry["arms"][arm] = {"seeds": seeds, "after": bootstrap_ci(after[arm], rng_for(0, f"{arm}/{split}")),
                                   "minus_warm_start": paired(after[arm], before, f"{arm}-warm/{split}"),
+                                  "progress_minus_warm_start": paired(
+                                      np.array([by_seed[s]["points"][-1]["eval"][split]["progress"] for s in seeds]),
+                                      before_progress, f"{arm}-warm-progress/{split}"),
                                   "per_seed": [float(x) for x in after[arm].mean(axis=1)]}
         entry["per_turn_type"] = per_turn_type(warm["tasks"][split]["ids"], before[0], after, strata)
         if "rods" in after and "fixed" in after:
@@ -197,13 +201,15 @@ def markdown(summary: Mapping[str, Any], args: argparse.Namespace, argv: Sequenc
              f"greedy evaluation on {args.eval_tasks} evenly spread tasks per split; 95% CIs: two-level bootstrap over "
              "seeds x tasks, paired by task (and seed)", ""]
     for split, entry in summary["splits"].items():
-        lines += [f"| {split} | greedy success [95% CI] | minus the warm start (paired) | per seed |", "|---|---|---|---|",
-                  f"| warm start (SFT) | {_ci(entry['warm_start'])} | | |"]
+        lines += [f"| {split} | greedy success [95% CI] | minus the warm start (paired) | per seed "
+                  "| progress minus the warm start (paired) |", "|---|---|---|---|---|",
+                  f"| warm start (SFT) | {_ci(entry['warm_start'])} | | | |"]
         for arm, e in entry["arms"].items():
             lines.append(f"| {arm} | {_ci(e['after'])} | {_ci(e['minus_warm_start'], True)} | "
-                         + ", ".join(f"{x:.3f}" for x in e["per_seed"]) + " |")
+                         + ", ".join(f"{x:.3f}" for x in e["per_seed"])
+                         + f" | {_ci(e['progress_minus_warm_start'], True)} |")
         if "rods_minus_fixed" in entry:
-            lines.append(f"| **rods - fixed** (paired) | | {_ci(entry['rods_minus_fixed'], True)} | |")
+            lines.append(f"| **rods - fixed** (paired) | | {_ci(entry['rods_minus_fixed'], True)} | | |")
         arms = list(entry["arms"])
         lines += ["", f"| {split}: turn type | tasks | warm start | " + " | ".join(arms) + " |",
                   "|---|---|---|" + "---|" * len(arms)]
