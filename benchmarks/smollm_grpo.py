@@ -148,6 +148,11 @@ def per_turn_type(ids: Sequence[str], before: np.ndarray, after: Mapping[str, np
     return out
 
 
+def final_eval(by_seed: Mapping[int, Mapping[str, Any]], seeds: Sequence[int], split: str, key: str) -> np.ndarray:
+    """``[seeds, tasks]``: each run's last evaluation of ``split`` (``key``: success or progress, per task)."""
+    return np.array([by_seed[s]["points"][-1]["eval"][split][key] for s in seeds], dtype=np.float64)
+
+
 def summarize(loaded: Mapping[str, Any], splits: Sequence[str], strata: Mapping[str, str]) -> dict[str, Any]:
     """The tables' figures; ``strata`` maps each evaluated task id to its turn type (``meta["stratum"]``)."""
     warm, runs = loaded["warm"], loaded["runs"]
@@ -161,18 +166,17 @@ def summarize(loaded: Mapping[str, Any], splits: Sequence[str], strata: Mapping[
             seeds = sorted(by_seed)
             if not seeds:
                 continue
-            after[arm] = np.array([by_seed[s]["points"][-1]["eval"][split]["success"] for s in seeds], dtype=np.float64)
+            after[arm] = final_eval(by_seed, seeds, split, "success")
             entry["arms"][arm] = {"seeds": seeds, "after": bootstrap_ci(after[arm], rng_for(0, f"{arm}/{split}")),
                                   "minus_warm_start": paired(after[arm], before, f"{arm}-warm/{split}"),
-                                  "progress_minus_warm_start": paired(
-                                      np.array([by_seed[s]["points"][-1]["eval"][split]["progress"] for s in seeds]),
-                                      before_progress, f"{arm}-warm-progress/{split}"),
+                                  "progress_minus_warm_start": paired(final_eval(by_seed, seeds, split, "progress"),
+                                                                      before_progress, f"{arm}-warm-progress/{split}"),
                                   "per_seed": [float(x) for x in after[arm].mean(axis=1)]}
         entry["per_turn_type"] = per_turn_type(warm["tasks"][split]["ids"], before[0], after, strata)
         if "rods" in after and "fixed" in after:
             common = sorted(set(runs["rods"]) & set(runs["fixed"]))
-            pick = lambda arm: np.array([runs[arm][s]["points"][-1]["eval"][split]["success"] for s in common])  # noqa: E731
-            entry["rods_minus_fixed"] = paired(pick("rods"), pick("fixed"), f"rods-fixed/{split}")
+            entry["rods_minus_fixed"] = paired(final_eval(runs["rods"], common, split, "success"),
+                                               final_eval(runs["fixed"], common, split, "success"), f"rods-fixed/{split}")
         out["splits"][split] = entry
     for arm, by_seed in runs.items():
         hist = [h for rec in by_seed.values() for h in rec["history"]]
